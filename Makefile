@@ -1,0 +1,49 @@
+# deltamv: `make demo` and `make test` set everything up themselves.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON ?= $(abspath $(PY))
+export PYSPARK_DRIVER_PYTHON ?= $(abspath $(PY))
+
+.PHONY: help setup java test test-slow check lint format demo bench kill-test soak clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
+
+java:  ## make sure Java 17+ is on PATH (installs openjdk-17 with apt when missing)
+	@bash scripts/ensure-java.sh
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,plot,read,dev]'
+	touch $(STAMP)
+
+setup: java $(STAMP)  ## create .venv and install deltamv with its test tools
+
+test: setup  ## run the default test suite (under 15 minutes on 2 cores)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-slow: setup  ## also run the slow tests (local-cluster, 2M-row transaction)
+	$(PY) -m pytest -q -m 'not long' $(PYTEST_ARGS)
+
+check: setup  ## ruff and mypy
+	$(VENV)/bin/ruff check src tests benchmarks jobs
+	$(VENV)/bin/ruff format --check src tests benchmarks jobs
+	$(VENV)/bin/mypy
+
+format: setup  ## apply ruff's formatting and fixes
+	$(VENV)/bin/ruff format src tests benchmarks jobs
+	$(VENV)/bin/ruff check --fix src tests benchmarks jobs
+
+demo: setup  ## the account-transfer demo, end to end (writes demo-out/)
+	$(PY) -m deltamv.demo $(DEMO_ARGS)
+
+bench: setup  ## quick benchmarks (FULL=1 for the full set); writes benchmarks/results/
+	$(PY) benchmarks/run.py $(if $(FULL),--full,)
+
+clean:  ## remove the venv and generated output
+	rm -rf $(VENV) demo-out .pytest_cache
