@@ -1,0 +1,73 @@
+"""The one place a SparkSession is built (jobs, CLI, tests, benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+
+from pyspark.sql import SparkSession
+
+from deltamv.config import JobConfig
+
+DEFAULT_MASTER = "local[2]"
+
+_DEFAULT_CONF = {
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.stopGracefullyOnShutdown": "true",
+    "spark.sql.ansi.enabled": "true",
+}
+
+
+def build_spark(
+    config: JobConfig | None = None,
+    *,
+    master: str | None = None,
+    app_name: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """Get or create the SparkSession for a job.
+
+    The master comes from, in order: ``master``, ``DELTAMV_SPARK_MASTER``, the config's
+    ``[spark] master``, an already-set ``spark.master`` (spark-submit), ``local[2]``.
+    Settings from the config's ``[spark.conf]`` and ``conf`` are applied on top of
+    deltamv's defaults.
+    """
+    # Python workers must run the interpreter the driver runs, with the same packages.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(
+        app_name or (f"deltamv-{config.name}" if config else "deltamv")
+    )
+    chosen = master or os.environ.get("DELTAMV_SPARK_MASTER") or (config.spark.master if config else None)
+    if chosen:
+        builder = builder.master(chosen)
+    elif "spark.master" not in _submitted_conf():
+        builder = builder.master(DEFAULT_MASTER)
+    settings = dict(_DEFAULT_CONF)
+    if config:
+        settings.update(config.spark.conf)
+    settings.update(conf or {})
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    from deltamv.changelog.source import register
+
+    register(spark)
+    return spark
+
+
+def _submitted_conf() -> dict[str, str]:
+    """Settings spark-submit passed to this driver (empty when run as plain Python)."""
+    raw = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
+    out: dict[str, str] = {}
+    if "--master" in raw:
+        out["spark.master"] = "submitted"
+    if os.environ.get("SPARK_ENV_LOADED") or os.environ.get("SPARK_SUBMIT"):
+        out["spark.master"] = "submitted"
+    return out
