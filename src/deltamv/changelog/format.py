@@ -1,0 +1,628 @@
+"""Parsing and validating segment files into event batches (CONTRACT.md section 2).
+
+Every check here is stateless: it looks at one record at a time (plus the segment's
+region). Checks that need history (a COMMIT without its PREWRITE, a RESOLVED going
+backwards) belong to the pipeline. A violation raises :class:`BadRecordError` naming
+the segment file and the 1-based line (Parquet: row index + 1).
+
+``value`` leaves here as normalised JSON text: compact, keys sorted, DECIMALs as
+strings with exactly the column's scale, FLOAT/DOUBLE as JSON numbers, everything
+else as given. :func:`values_to_arrow` turns such texts into typed columns.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import json
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from deltamv.changelog.events import (
+    COMMIT,
+    COMMITTED,
+    EVENT_SCHEMA,
+    EVENT_TYPES,
+    INITIALIZED,
+    PREWRITE,
+    PUT,
+    RESOLVED,
+    ROLLBACK,
+)
+from deltamv.changelog.segments import Segment
+from deltamv.errors import BadRecordError
+from deltamv.schema import INTEGER_RANGES, Column, TableSchema
+
+__all__ = [
+    "RowValueError",
+    "normalise_value",
+    "read_segment",
+    "table_validators",
+    "values_to_arrow",
+]
+
+_INT64_MAX = 2**63 - 1
+_FLOAT32_MAX = 3.4028234663852886e38
+_DECIMAL_TEXT = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?\Z")
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+_encode = _ENCODER.encode
+_encode_loose = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False, default=str
+).encode  # informational texts (old_value) may hold Decimals from the DECIMAL decoder
+_DECIMAL_CONTEXT = decimal.Context(prec=100, Emax=1000, Emin=-1000)
+
+
+class RowValueError(Exception):
+    """A row value that does not fit its table schema; the reason is the message."""
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+# Two decoders: DECIMAL columns need the exact digits of JSON numbers, so when a
+# table declares one, floats are parsed as Decimal (and FLOAT/DOUBLE columns convert).
+_SCAN_FLOAT = json.scanner.make_scanner(  # type: ignore[attr-defined]
+    json.JSONDecoder(parse_constant=_reject_constant)
+)
+_SCAN_DECIMAL = json.scanner.make_scanner(  # type: ignore[attr-defined]
+    json.JSONDecoder(parse_constant=_reject_constant, parse_float=Decimal)
+)
+
+
+# ---------------------------------------------------------------------------
+# Row values against a table schema
+
+
+def _column_checker(col: Column) -> Callable[[Any], Any]:
+    """A function returning the normalised JSON value, or raising RowValueError."""
+    name, kind = col.name, col.kind
+
+    def bad(value: Any, expected: str) -> RowValueError:
+        return RowValueError(f"column {name!r} ({col.ddl_type}): {_short(value)} is not {expected}")
+
+    if kind in INTEGER_RANGES:
+        lo, hi = INTEGER_RANGES[kind]
+
+        def check_int(v: Any) -> Any:
+            if type(v) is int and lo <= v <= hi:
+                return v
+            raise bad(v, f"an integer in [{lo}, {hi}]")
+
+        return check_int
+    if kind in ("float", "double"):
+        limit = _FLOAT32_MAX if kind == "float" else math.inf
+
+        def check_float(v: Any) -> Any:
+            t = type(v)
+            if t is float or t is int or t is Decimal:
+                f = float(v)
+                if math.isfinite(f) and abs(f) <= limit:
+                    return f if t is Decimal else v
+            raise bad(v, "a finite JSON number in range")
+
+        return check_float
+    if kind == "decimal":
+        quantum = Decimal(1).scaleb(-col.scale)
+        max_digits = col.precision
+        zero = format(Decimal(0).quantize(quantum), "f")
+
+        def check_decimal(v: Any) -> Any:
+            t = type(v)
+            if t is str:
+                if not _DECIMAL_TEXT.match(v):
+                    raise bad(v, "a decimal number")
+                d = Decimal(v)
+            elif t is int or t is Decimal:
+                d = Decimal(v)
+            elif t is float:
+                d = Decimal(repr(v))
+            else:
+                raise bad(v, "a decimal number or numeric string")
+            try:
+                q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
+            except InvalidOperation:
+                raise bad(v, f"a DECIMAL({col.precision},{col.scale})") from None
+            if q == 0:
+                return zero
+            if q != d or len(q.as_tuple().digits) > max_digits:
+                raise bad(v, f"a DECIMAL({col.precision},{col.scale}) without rounding")
+            return format(q, "f")
+
+        return check_decimal
+    if kind == "string":
+
+        def check_str(v: Any) -> Any:
+            if type(v) is str:
+                return v
+            raise bad(v, "a string")
+
+        return check_str
+    if kind == "boolean":
+
+        def check_bool(v: Any) -> Any:
+            if v is True or v is False:
+                return v
+            raise bad(v, "a boolean")
+
+        return check_bool
+    if kind == "date":
+
+        def check_date(v: Any) -> Any:
+            if type(v) is str and len(v) == 10 and v[4] == "-" and v[7] == "-":
+                try:
+                    dt.date.fromisoformat(v)
+                    return v
+                except ValueError:
+                    pass
+            raise bad(v, 'a date "YYYY-MM-DD"')
+
+        return check_date
+    if kind == "timestamp":
+
+        def check_ts(v: Any) -> Any:
+            if type(v) is str and len(v) >= 10:
+                try:
+                    _parse_timestamp(v)
+                    return v
+                except ValueError:
+                    pass
+            raise bad(v, "an ISO-8601 timestamp string")
+
+        return check_ts
+    if kind == "binary":
+
+        def check_binary(v: Any) -> Any:
+            if type(v) is str:
+                try:
+                    base64.b64decode(v, validate=True)
+                    return v
+                except (binascii.Error, ValueError):
+                    pass
+            raise bad(v, "base64 text")
+
+        return check_binary
+    raise AssertionError(f"unhandled column kind {kind}")
+
+
+def _parse_timestamp(text: str) -> dt.datetime:
+    if text.endswith(("Z", "z")):  # Python 3.10's fromisoformat does not know "Z"
+        text = text[:-1] + "+00:00"
+    return dt.datetime.fromisoformat(text)
+
+
+class _TableValidator:
+    """Checks and normalises one table's row objects."""
+
+    __slots__ = ("checkers", "identity", "required", "schema")
+
+    def __init__(self, schema: TableSchema) -> None:
+        self.schema = schema
+        self.checkers = {c.name: _column_checker(c) for c in schema.columns}
+        self.required = tuple(c.name for c in schema.columns if not c.nullable)
+        # Columns whose normalised value may differ from the parsed one.
+        self.identity = not any(c.kind in ("decimal", "float", "double") for c in schema.columns)
+
+    def normalise(self, row: Any) -> dict[str, Any]:
+        """The row with every value checked (and normalised); raises RowValueError."""
+        if type(row) is not dict:
+            raise RowValueError(f"row {_short(row)} is not a JSON object")
+        checkers = self.checkers
+        out: dict[str, Any] | None = None if self.identity else {}
+        for name, v in row.items():
+            check = checkers.get(name)
+            if check is None:
+                raise RowValueError(
+                    f"unknown column {name!r} (declared: {', '.join(self.schema.names)})"
+                )
+            if v is None:
+                if out is not None:
+                    out[name] = None
+                continue
+            nv = check(v)
+            if out is not None:
+                out[name] = nv
+        for name in self.required:
+            if row.get(name) is None:
+                raise RowValueError(f"column {name!r} is NOT NULL but missing or null")
+        return row if out is None else out
+
+
+def table_validators(tables: Mapping[str, TableSchema]) -> dict[str, _TableValidator]:
+    return {name: _TableValidator(schema) for name, schema in tables.items()}
+
+
+def normalise_value(row: Any, schema: TableSchema) -> str:
+    """Check a row object against ``schema``; return its normalised JSON text.
+
+    Raises RowValueError with a one-line reason when the row does not fit.
+    """
+    return _encode(_TableValidator(schema).normalise(row))
+
+
+# ---------------------------------------------------------------------------
+# Events
+
+
+class _Bad(Exception):
+    """A record-level violation; the caller adds file and line."""
+
+
+def _int_field(rec: dict[str, Any], name: str, etype: str) -> int:
+    v = rec.get(name)
+    if type(v) is int and 0 <= v <= _INT64_MAX:
+        return v
+    if v is None:
+        raise _Bad(f"{etype} event without required field {name!r}")
+    raise _Bad(f"field {name!r} must be a non-negative 64-bit integer, got {_short(v)}")
+
+
+def _str_field(rec: dict[str, Any], name: str, etype: str) -> str:
+    v = rec.get(name)
+    if type(v) is str:
+        return v
+    if v is None:
+        raise _Bad(f"{etype} event without required field {name!r}")
+    raise _Bad(f"field {name!r} must be a string, got {_short(v)}")
+
+
+def _opt_old_value(rec: dict[str, Any]) -> str | None:
+    v = rec.get("old_value")
+    if v is None:
+        return None
+    if type(v) is not dict:
+        raise _Bad(f"field 'old_value' must be an object or null, got {_short(v)}")
+    return _encode_loose(v)
+
+
+class _Columns:
+    """Column lists of EVENT_SCHEMA being filled, one append per event."""
+
+    def __init__(self, validators: Mapping[str, _TableValidator], region: int) -> None:
+        self.validators = validators
+        self.region = region
+        self.type: list[str] = []
+        self.start_ts: list[int | None] = []
+        self.commit_ts: list[int | None] = []
+        self.ts: list[int | None] = []
+        self.table: list[str | None] = []
+        self.key: list[str | None] = []
+        self.op: list[str | None] = []
+        self.value: list[str | None] = []
+        self.old_value: list[str | None] = []
+        self.start_key: list[str | None] = []
+        self.end_key: list[str | None] = []
+        self.parents: list[list[int] | None] = []
+        self.primary: list[str | None] = []
+        self.large: list[bool | None] = []
+
+    def add(self, rec: Any) -> None:
+        """Validate one decoded record and append it; raises _Bad."""
+        if type(rec) is not dict:
+            raise _Bad(f"event is not a JSON object: {_short(rec)}")
+        region = rec.get("region")
+        if region != self.region or type(region) is not int:
+            if region is None:
+                raise _Bad("event without required field 'region'")
+            raise _Bad(
+                f"field 'region' is {_short(region)} but the segment is in region-{self.region}"
+            )
+        etype = rec.get("type")
+        if etype not in EVENT_TYPES or type(etype) is not str:
+            if etype is None:
+                raise _Bad("event without required field 'type'")
+            raise _Bad(
+                f"unknown event type {_short(etype)} (valid: {', '.join(sorted(EVENT_TYPES))})"
+            )
+        start_ts = commit_ts = ts = None
+        table = key = op = value = old_value = start_key = end_key = primary = None
+        parents: list[int] | None = None
+        large: bool | None = None
+        if etype == RESOLVED:
+            ts = _int_field(rec, "ts", etype)
+        elif etype == INITIALIZED:
+            start_key = _str_field(rec, "start_key", etype)
+            end_key = _str_field(rec, "end_key", etype)
+            p = rec.get("parents")
+            if p is not None:
+                if type(p) is not list or not all(
+                    type(x) is int and 0 <= x <= _INT64_MAX for x in p
+                ):
+                    raise _Bad(f"field 'parents' must be a list of region ids, got {_short(p)}")
+                parents = p
+        elif etype in _ROW_TYPES:
+            start_ts = _int_field(rec, "start_ts", etype)
+            table = _str_field(rec, "table", etype)
+            key = _str_field(rec, "key", etype)
+            validator = self.validators.get(table)
+            if validator is None:
+                raise _Bad(
+                    f"unknown table {table!r} (declared: {', '.join(sorted(self.validators))})"
+                )
+            if etype in (COMMIT, COMMITTED):
+                commit_ts = _int_field(rec, "commit_ts", etype)
+                if commit_ts <= start_ts:
+                    raise _Bad(f"commit_ts {commit_ts} is not greater than start_ts {start_ts}")
+            if etype in (PREWRITE, COMMITTED):
+                op = rec.get("op")
+                if op == PUT:
+                    v = rec.get("value")
+                    if v is None:
+                        raise _Bad(f"{etype} PUT without required field 'value'")
+                    try:
+                        value = _encode(validator.normalise(v))
+                    except RowValueError as e:
+                        raise _Bad(f"table {table!r} key {_short(key)}: value {e}") from None
+                elif op != "DELETE" or type(op) is not str:
+                    if op is None:
+                        raise _Bad(f"{etype} event without required field 'op'")
+                    raise _Bad(f"unknown op {_short(op)} (valid: DELETE, PUT)")
+                old_value = _opt_old_value(rec)
+                if etype == PREWRITE:
+                    primary = rec.get("primary")
+                    if primary is not None and type(primary) is not str:
+                        raise _Bad(f"field 'primary' must be a string, got {_short(primary)}")
+                    large = rec.get("large")
+                    if large is not None and type(large) is not bool:
+                        raise _Bad(f"field 'large' must be a boolean, got {_short(large)}")
+        self.type.append(etype)
+        self.start_ts.append(start_ts)
+        self.commit_ts.append(commit_ts)
+        self.ts.append(ts)
+        self.table.append(table)
+        self.key.append(key)
+        self.op.append(op)
+        self.value.append(value)
+        self.old_value.append(old_value)
+        self.start_key.append(start_key)
+        self.end_key.append(end_key)
+        self.parents.append(parents)
+        self.primary.append(primary)
+        self.large.append(large)
+
+    def to_table(self, segment: Segment) -> pa.Table:
+        n = len(self.type)
+        data = {
+            "file": pa.array([segment.path] * n, pa.string()),
+            "line": pa.array(range(1, n + 1), pa.int64()),
+            "region": pa.array([segment.region] * n, pa.int64()),
+            "seq": pa.array([segment.seq] * n, pa.int64()),
+            "type": self.type,
+            "start_ts": self.start_ts,
+            "commit_ts": self.commit_ts,
+            "ts": self.ts,
+            "table": self.table,
+            "key": self.key,
+            "op": self.op,
+            "value": self.value,
+            "old_value": self.old_value,
+            "start_key": self.start_key,
+            "end_key": self.end_key,
+            "parents": self.parents,
+            "primary": self.primary,
+            "large": self.large,
+        }
+        return pa.Table.from_pydict(data, schema=EVENT_SCHEMA)
+
+
+_ROW_TYPES = frozenset({PREWRITE, COMMIT, ROLLBACK, COMMITTED})
+
+
+def _needs_decimal(validators: Mapping[str, _TableValidator]) -> bool:
+    return any(c.kind == "decimal" for v in validators.values() for c in v.schema.columns)
+
+
+def read_segment(
+    segment: Segment,
+    tables: Mapping[str, TableSchema] | Mapping[str, _TableValidator],
+) -> pa.Table:
+    """Parse and validate one segment file into a table of exactly ``EVENT_SCHEMA``.
+
+    Rows keep the file's line order. Raises BadRecordError(file, line, reason) on the
+    first record that breaks the contract (a stateless check), BadRecordError(file,
+    None, reason) when the file as a whole cannot be read (e.g. a Parquet segment with
+    a wrong schema).
+    """
+    validators = _as_validators(tables)
+    if segment.fmt == "jsonl":
+        return _read_jsonl(segment, validators)
+    return _read_parquet(segment, validators)
+
+
+def _as_validators(
+    tables: Mapping[str, TableSchema] | Mapping[str, _TableValidator],
+) -> Mapping[str, _TableValidator]:
+    if all(isinstance(v, _TableValidator) for v in tables.values()):
+        return tables  # type: ignore[return-value]
+    return table_validators(tables)  # type: ignore[arg-type]
+
+
+def _read_jsonl(segment: Segment, validators: Mapping[str, _TableValidator]) -> pa.Table:
+    path = segment.path
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise BadRecordError(path, None, f"cannot read segment: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise BadRecordError(path, line, f"not UTF-8 text (byte {raw[e.start]:#04x})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the trailing newline of the last line
+    scan = _SCAN_DECIMAL if _needs_decimal(validators) else _SCAN_FLOAT
+    cols = _Columns(validators, segment.region)
+    add = cols.add
+    lineno = 0
+    try:
+        for lineno, line in enumerate(lines, 1):  # noqa: B007 - used in the handlers
+            # The C scanner without json.loads' wrapper: about twice as fast per line.
+            try:
+                rec, end = scan(line, 0)
+            except (StopIteration, ValueError):
+                rec, end = None, -1
+            if end != len(line):
+                rec = _parse_line_slow(line, scan)
+            add(rec)
+    except _Bad as e:
+        raise BadRecordError(path, lineno, str(e)) from None
+    return cols.to_table(segment)
+
+
+def _parse_line_slow(line: str, scan: Any) -> Any:
+    """Decode a line the fast path rejected; raise _Bad saying why it is not JSON."""
+    stripped = line.strip()
+    if not stripped:
+        raise _Bad("blank line (every line must be one JSON object)")
+    try:
+        rec, end = scan(stripped, 0)
+    except StopIteration:
+        raise _Bad(f"not JSON: {_short(stripped)}") from None
+    except ValueError as e:
+        reason = getattr(e, "msg", str(e))
+        raise _Bad(f"not JSON ({reason}): {_short(stripped)}") from None
+    if end != len(stripped):
+        raise _Bad(f"not JSON (extra data after column {end + 1}): {_short(stripped)}")
+    return rec
+
+
+# Parquet columns and the Arrow type families they may have.
+_PARQUET_KINDS: dict[str, Callable[[pa.DataType], bool]] = {
+    "region": pa.types.is_integer,
+    "type": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "start_ts": pa.types.is_integer,
+    "commit_ts": pa.types.is_integer,
+    "ts": pa.types.is_integer,
+    "table": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "key": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "op": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "value": lambda t: (
+        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_struct(t)
+    ),
+    "old_value": lambda t: (
+        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_struct(t)
+    ),
+    "start_key": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "end_key": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "parents": lambda t: (
+        (pa.types.is_list(t) or pa.types.is_large_list(t)) and pa.types.is_integer(t.value_type)
+    ),
+    "primary": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
+    "large": pa.types.is_boolean,
+}
+
+
+def _read_parquet(segment: Segment, validators: Mapping[str, _TableValidator]) -> pa.Table:
+    path = segment.path
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise BadRecordError(path, None, f"not a readable Parquet file: {_one_line(e)}") from None
+    for required in ("region", "type"):
+        if required not in table.column_names:
+            raise BadRecordError(path, None, f"Parquet segment has no {required!r} column")
+    present = []
+    for name in table.column_names:
+        accepts = _PARQUET_KINDS.get(name)
+        if accepts is None:
+            continue  # unknown fields are ignored
+        if not accepts(table.schema.field(name).type):
+            raise BadRecordError(
+                path, None, f"Parquet column {name!r} has type {table.schema.field(name).type}"
+            )
+        present.append(name)
+    table = table.select(present)
+    cols = _Columns(validators, segment.region)
+    row_no = 0  # 1-based row of the record being checked
+    scan = _SCAN_DECIMAL if _needs_decimal(validators) else _SCAN_FLOAT
+    json_cols = [
+        n
+        for n in ("value", "old_value")
+        if n in present and not pa.types.is_struct(table.schema.field(n).type)
+    ]
+    try:
+        for batch in table.to_batches():
+            for rec in batch.to_pylist():
+                row_no += 1
+                for n in json_cols:
+                    text = rec[n]
+                    if text is not None:
+                        try:
+                            rec[n] = _parse_line_slow(text, scan)
+                        except _Bad as e:
+                            raise _Bad(f"column {n!r}: {e}") from None
+                cols.add(rec)
+    except _Bad as e:
+        raise BadRecordError(path, row_no, str(e)) from None
+    return cols.to_table(segment)
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())[:200]
+
+
+# ---------------------------------------------------------------------------
+# Normalised value texts to typed columns
+
+
+def values_to_arrow(
+    values: Sequence[str | None] | pa.Array | pa.ChunkedArray, schema: TableSchema
+) -> pa.Table:
+    """Typed columns (``schema.to_arrow()``) from normalised value texts.
+
+    ``None`` (a deleted row) gives a row of nulls. The texts are trusted to have been
+    validated by :func:`read_segment` or :func:`normalise_value`; DECIMALs are exact,
+    TIMESTAMPs are converted to UTC (a timestamp without offset is taken as UTC).
+    """
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        values = values.to_pylist()
+    loads = json.loads
+    rows = [loads(v) if v is not None else None for v in values]
+    arrays = []
+    for col in schema.columns:
+        name = col.name
+        raw = [r.get(name) if r is not None else None for r in rows]
+        arrays.append(pa.array(_convert(raw, col), col.arrow_type()))
+    return pa.Table.from_arrays(arrays, schema=schema.to_arrow())
+
+
+def _convert(raw: list[Any], col: Column) -> list[Any]:
+    kind = col.kind
+    if kind == "decimal":
+        return [Decimal(str(v)) if v is not None else None for v in raw]
+    if kind == "date":
+        return [dt.date.fromisoformat(v) if v is not None else None for v in raw]
+    if kind == "timestamp":
+        out = []
+        for v in raw:
+            if v is None:
+                out.append(None)
+                continue
+            t = _parse_timestamp(v)
+            t = (
+                t.replace(tzinfo=dt.timezone.utc)
+                if t.tzinfo is None
+                else t.astimezone(dt.timezone.utc)
+            )
+            out.append(t)
+        return out
+    if kind == "binary":
+        return [base64.b64decode(v) if v is not None else None for v in raw]
+    if kind in ("float", "double"):
+        return [float(v) if v is not None else None for v in raw]
+    return raw
