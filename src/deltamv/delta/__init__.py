@@ -1,0 +1,41 @@
+"""The Delta layer: the only package of deltamv that talks to ``deltalake`` (delta-rs).
+
+Executors write Parquet files into a table's folder (:mod:`.files`), the driver commits
+them as one atomic, idempotent Delta commit per view version (:mod:`.commit`), and
+readers read exactly one version's files (:mod:`.read`).
+"""
+
+from __future__ import annotations
+
+from deltamv.delta.commit import CommitResult, commit, committed_batch, owner_of, table_version
+from deltamv.delta.files import DataFile, write_arrow, write_dataframe
+from deltamv.delta.read import (
+    VersionInfo,
+    arrow_schema,
+    file_uris,
+    read_arrow,
+    read_spark,
+    version_at_watermark,
+    versions,
+)
+from deltamv.delta.schema import arrow_to_spark, spark_to_arrow
+
+__all__ = [
+    "CommitResult",
+    "DataFile",
+    "VersionInfo",
+    "arrow_schema",
+    "arrow_to_spark",
+    "commit",
+    "committed_batch",
+    "file_uris",
+    "owner_of",
+    "read_arrow",
+    "read_spark",
+    "spark_to_arrow",
+    "table_version",
+    "version_at_watermark",
+    "versions",
+    "write_arrow",
+    "write_dataframe",
+]

@@ -1,0 +1,75 @@
+"""Opening tables and turning delta-rs failures into deltamv's error families."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from deltalake import DeltaTable
+from deltalake.exceptions import (
+    CommitFailedError,
+    DeltaError,
+    DeltaProtocolError,
+    TableNotFoundError,
+)
+
+from deltamv.errors import CommitConflictError, DeltaMVError, StorageError
+
+# Readers here read Parquet files by themselves: a table that needs a Delta reader to
+# interpret its files (deletion vectors, column mapping) would be read wrong.
+_UNREADABLE_FEATURES = {"deletionVectors", "columnMapping"}
+
+
+def open_table(table_path: str, version: int | None = None) -> DeltaTable | None:
+    """The table at ``table_path`` (at ``version``), or None if there is no table there."""
+    with translate_errors(table_path):
+        try:
+            return DeltaTable(table_path, version=version)
+        except TableNotFoundError:
+            return None
+
+
+def require_table(table_path: str, version: int | None = None) -> DeltaTable:
+    table = open_table(table_path, version)
+    if table is None:
+        raise DeltaMVError(f"there is no Delta table at {table_path}")
+    return table
+
+
+def check_plain_parquet(table: DeltaTable, table_path: str) -> None:
+    """Refuse a table whose files a plain Parquet reader cannot read correctly."""
+    protocol = table.protocol()
+    features = set(protocol.reader_features or [])
+    config = table.metadata().configuration
+    mapping = config.get("delta.columnMapping.mode", "none")
+    if features & _UNREADABLE_FEATURES or mapping not in (None, "none"):
+        raise DeltaMVError(
+            f"table {table_path} uses {sorted(features & _UNREADABLE_FEATURES) or ['columnMapping']};"
+            " deltamv reads only tables without deletion vectors or column mapping"
+        )
+
+
+@contextlib.contextmanager
+def translate_errors(table_path: str) -> Iterator[None]:
+    """Map delta-rs and OS failures to CommitConflictError / StorageError (one line)."""
+    try:
+        yield
+    except CommitFailedError as e:
+        raise CommitConflictError(
+            f"commit to table {table_path} failed: another writer committed to it ({_line(e)})"
+        ) from e
+    except DeltaProtocolError as e:
+        raise CommitConflictError(
+            f"table {table_path} needs Delta features deltamv does not write: {_line(e)}"
+        ) from e
+    except TableNotFoundError:
+        raise
+    except DeltaError as e:
+        raise StorageError(f"Delta table {table_path}: {_line(e)}") from e
+    except OSError as e:
+        raise StorageError(f"Delta table {table_path}: {_line(e)}") from e
+
+
+def _line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text if len(text) <= 300 else text[:297] + "..."

@@ -1,0 +1,231 @@
+"""Data files: Parquet written straight into a table's folder, not yet part of any version.
+
+Writing a file and committing it are separate steps. The files written here are
+invisible to Delta readers until :func:`deltamv.delta.commit` adds them; files of a
+batch that is never committed (a crash, a replayed batch) are orphans that ``VACUUM``
+removes. Every file gets a fresh name, so a retried task or a replayed batch never
+overwrites a file a version refers to.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+from pyspark.sql import DataFrame
+
+from deltamv.delta._stats import StatsCollector
+from deltamv.errors import DeltaMVError, StorageError
+
+__all__ = ["DataFile", "write_arrow", "write_dataframe"]
+
+_PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
+_META_DDL = "path STRING, size BIGINT, num_records BIGINT, stats STRING"
+_META_SCHEMA = pa.schema(
+    [
+        ("path", pa.string()),
+        ("size", pa.int64()),
+        ("num_records", pa.int64()),
+        ("stats", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """One Parquet file in a table's folder, described as a Delta add action needs it.
+
+    ``path`` is relative to the table root; ``stats`` is Delta's statistics JSON.
+    """
+
+    path: str
+    size: int
+    num_records: int
+    stats: str
+    partition_values: dict[str, str | None] = field(default_factory=dict)
+
+
+def write_dataframe(
+    df: DataFrame,
+    table_path: str,
+    *,
+    schema: pa.Schema,
+    prefix: str,
+    target_rows_per_file: int = 1_000_000,
+) -> list[DataFile]:
+    """Write ``df`` as Parquet files into ``table_path``; return them for a commit.
+
+    Each Spark task writes its partition's rows itself (no rows reach the driver, only
+    one small metadata row per file), so this works with executors in other processes
+    or machines that reach ``table_path``. Columns are taken from ``df`` by name and cast
+    to ``schema`` with safe casts (a cast that would lose data fails the write). An empty
+    DataFrame writes no file. Files are named ``<prefix>-<partition>-<uuid>-<n>.parquet``.
+    """
+    _check_prefix(prefix)
+    _check_target(target_rows_per_file)
+    writer = functools.partial(
+        _write_partition,
+        table_path=_normalize(table_path),
+        schema=schema,
+        prefix=prefix,
+        target_rows=target_rows_per_file,
+    )
+    rows = df.mapInArrow(writer, _META_DDL).collect()
+    return [
+        DataFile(path=r["path"], size=r["size"], num_records=r["num_records"], stats=r["stats"])
+        for r in rows
+    ]
+
+
+def write_arrow(
+    data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
+    table_path: str,
+    *,
+    schema: pa.Schema,
+    prefix: str,
+    target_rows_per_file: int = 1_000_000,
+) -> list[DataFile]:
+    """Write Arrow data from this process into ``table_path``; return the files written.
+
+    The same files :func:`write_dataframe` would write, for data small enough to hold in
+    the driver. No rows, no file.
+    """
+    _check_prefix(prefix)
+    _check_target(target_rows_per_file)
+    if isinstance(data, pa.Table):
+        batches: Iterable[pa.RecordBatch] = data.to_batches()
+    elif isinstance(data, pa.RecordBatch):
+        batches = [data]
+    else:
+        batches = data
+    try:
+        metas = list(
+            _write_files(batches, _normalize(table_path), schema, prefix, 0, target_rows_per_file)
+        )
+    except OSError as e:
+        raise StorageError(f"writing data files into {table_path} failed: {e}") from e
+    return [
+        DataFile(path=m["path"], size=m["size"], num_records=m["num_records"], stats=m["stats"])
+        for batch in metas
+        for m in batch.to_pylist()
+    ]
+
+
+def _write_partition(
+    batches: Iterator[pa.RecordBatch],
+    *,
+    table_path: str,
+    schema: pa.Schema,
+    prefix: str,
+    target_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` function: runs on an executor; holds only picklable arguments."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition = context.partitionId() if context is not None else 0
+    yield from _write_files(batches, table_path, schema, prefix, partition, target_rows)
+
+
+def _write_files(
+    batches: Iterable[pa.RecordBatch],
+    table_path: str,
+    schema: pa.Schema,
+    prefix: str,
+    partition: int,
+    target_rows: int,
+) -> Iterator[pa.RecordBatch]:
+    fs, root = pafs.FileSystem.from_uri(table_path)
+    stem = f"{prefix}-{partition:05d}-{uuid.uuid4().hex}"
+    written: list[dict[str, object]] = []
+    out: _OpenFile | None = None
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        batch = conform(batch, schema)
+        offset = 0
+        while offset < batch.num_rows:
+            if out is None:
+                name = f"{stem}-{len(written):04d}.parquet"
+                fs.create_dir(root, recursive=True)
+                out = _OpenFile(fs, f"{root}/{name}", name, schema)
+            take = min(target_rows - out.stats.num_records, batch.num_rows - offset)
+            out.write(batch.slice(offset, take))
+            offset += take
+            if out.stats.num_records >= target_rows:
+                written.append(out.close())
+                out = None
+    if out is not None:
+        written.append(out.close())
+    if written:
+        yield pa.RecordBatch.from_pylist(written, schema=_META_SCHEMA)
+
+
+class _OpenFile:
+    def __init__(self, fs: pafs.FileSystem, full_path: str, name: str, schema: pa.Schema) -> None:
+        self._fs = fs
+        self._full_path = full_path
+        self._name = name
+        self.stats = StatsCollector(schema)
+        self._writer = pq.ParquetWriter(full_path, schema, filesystem=fs, compression="snappy")
+
+    def write(self, batch: pa.RecordBatch) -> None:
+        self._writer.write_batch(batch)
+        self.stats.add(batch)
+
+    def close(self) -> dict[str, object]:
+        self._writer.close()
+        size = self._fs.get_file_info(self._full_path).size
+        return {
+            "path": self._name,
+            "size": size,
+            "num_records": self.stats.num_records,
+            "stats": self.stats.to_json(),
+        }
+
+
+def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+    """``batch``'s columns, picked by name and safely cast to ``schema``.
+
+    Spark hands Arrow batches whose timestamps carry the session zone and whose types
+    follow Spark's; the files must carry exactly the table's schema.
+    """
+    names = batch.schema.names
+    missing = [f.name for f in schema if f.name not in names]
+    if missing:
+        raise DeltaMVError(
+            f"the data has no column {', '.join(map(repr, missing))}; it has {names}"
+        )
+    arrays = []
+    for f in schema:
+        column = batch.column(names.index(f.name))
+        if column.type != f.type:
+            column = column.cast(f.type, safe=True)
+        if not f.nullable and column.null_count:
+            raise DeltaMVError(
+                f"column {f.name!r} is NOT NULL but {column.null_count} rows are null"
+            )
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _normalize(table_path: str) -> str:
+    # Executors may run elsewhere (another working directory): hand them absolute paths.
+    return table_path if "://" in table_path else os.path.abspath(table_path)
+
+
+def _check_prefix(prefix: str) -> None:
+    if not _PREFIX.fullmatch(prefix):
+        raise ValueError(f"file prefix {prefix!r} must match {_PREFIX.pattern}")
+
+
+def _check_target(target_rows_per_file: int) -> None:
+    if target_rows_per_file < 1:
+        raise ValueError(f"target_rows_per_file must be >= 1, not {target_rows_per_file}")
