@@ -56,6 +56,7 @@ def build_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("DELTAMV_SPARK_LOG_LEVEL", "ERROR"))
     from deltamv.changelog.source import register
 
     register(spark)

@@ -1,0 +1,53 @@
+"""Checking view and invariant SQL against the declared tables, before any input is read."""
+
+from __future__ import annotations
+
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import BooleanType
+
+from deltamv.config import JobConfig
+from deltamv.errors import ConfigError
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def register_empty_tables(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
+    frames = {}
+    for name, table in config.tables.items():
+        df = spark.createDataFrame([], table.schema.to_ddl())
+        df.createOrReplaceTempView(name)
+        frames[name] = df
+    return frames
+
+
+def check_sql(spark: SparkSession, config: JobConfig) -> None:
+    """Analyse every view's and invariant's SQL over empty tables of the declared schemas.
+
+    Raises ConfigError naming ``views.<name>.sql`` (or the invariant's key) when the SQL
+    does not parse or names a table or column that is not declared.
+    """
+    register_empty_tables(spark, config)
+    views: dict[str, DataFrame] = {}
+    for name, view in config.views.items():
+        try:
+            views[name] = spark.sql(view.sql)
+            views[name].schema  # noqa: B018 - forces analysis
+        except PySparkException as exc:
+            raise ConfigError(f"views.{name}.sql", _first_line(exc), source=config.source) from None
+        if not views[name].schema.fields:
+            raise ConfigError(f"views.{name}.sql", "the query returns no columns", source=config.source)
+    for name, inv in config.invariants.items():
+        key = f"invariants.{name}.{inv.kind}"
+        views[inv.view].createOrReplaceTempView(inv.view)
+        try:
+            schema = spark.sql(inv.sql).schema
+        except PySparkException as exc:
+            raise ConfigError(key, _first_line(exc), source=config.source) from None
+        if inv.kind == "always" and (len(schema.fields) != 1 or not isinstance(schema.fields[0].dataType, BooleanType)):
+            raise ConfigError(key, "an 'always' invariant must return exactly one BOOLEAN column", source=config.source)
+    for name in config.views:
+        spark.catalog.dropTempView(name)
