@@ -19,7 +19,7 @@ import decimal
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -44,7 +44,9 @@ from deltamv.schema import INTEGER_RANGES, Column, TableSchema
 __all__ = [
     "RowValueError",
     "normalise_value",
+    "read_json_lines",
     "read_segment",
+    "rows_to_arrow",
     "table_validators",
     "values_to_arrow",
 ]
@@ -501,6 +503,33 @@ def _parse_line_slow(line: str, scan: Any) -> Any:
     return rec
 
 
+def read_json_lines(path: str, *, decimals: bool) -> Iterator[tuple[int, Any]]:
+    """``(line number, decoded object)`` for each line of a JSON-lines file.
+
+    ``decimals``: JSON numbers with a fraction decode as ``Decimal`` (exact). Raises
+    BadRecordError for unreadable files, non-UTF-8 text, blank lines and non-JSON.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise BadRecordError(path, None, f"cannot read file: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise BadRecordError(path, line, f"not UTF-8 text (byte {raw[e.start]:#04x})") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    scan = _SCAN_DECIMAL if decimals else _SCAN_FLOAT
+    for lineno, line in enumerate(lines, 1):
+        try:
+            yield lineno, _parse_line_slow(line, scan)
+        except _Bad as e:
+            raise BadRecordError(path, lineno, str(e)) from None
+
+
 # Parquet columns and the Arrow type families they may have.
 _PARQUET_KINDS: dict[str, Callable[[pa.DataType], bool]] = {
     "region": pa.types.is_integer,
@@ -592,7 +621,11 @@ def values_to_arrow(
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         values = values.to_pylist()
     loads = json.loads
-    rows = [loads(v) if v is not None else None for v in values]
+    return rows_to_arrow([loads(v) if v is not None else None for v in values], schema)
+
+
+def rows_to_arrow(rows: Sequence[Mapping[str, Any] | None], schema: TableSchema) -> pa.Table:
+    """Typed columns from validated, normalised row objects (see :func:`values_to_arrow`)."""
     arrays = []
     for col in schema.columns:
         name = col.name

@@ -1,0 +1,225 @@
+"""Reading an upstream snapshot (CONTRACT.md section 3).
+
+``<snapshot>/_snapshot.json`` holds ``{"ts": <int>}``; ``<snapshot>/<table>/`` holds the
+table's rows at ``ts`` as ``*.parquet`` or ``*.jsonl`` files (names starting with ``.``
+or ``_`` are ignored). Rows are checked against the declared schema like change-log
+values: a row that does not fit raises BadRecordError naming the file and line
+(JSONL) or the file and column (Parquet).
+
+A declared table without a folder in the snapshot is read as **empty**: the snapshot
+says the upstream table had no rows (or did not exist) at ``ts``. Folders of tables
+the job does not declare are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from deltamv.changelog.format import (
+    RowValueError,
+    read_json_lines,
+    rows_to_arrow,
+    table_validators,
+)
+from deltamv.errors import BadRecordError, ConfigError, DeltaMVError
+from deltamv.schema import TableSchema
+
+__all__ = [
+    "SNAPSHOT_SOURCE_NAME",
+    "SnapshotDataSource",
+    "read_snapshot_ts",
+    "snapshot_arrow",
+    "snapshot_files",
+    "snapshot_tables",
+]
+
+SNAPSHOT_SOURCE_NAME = "deltamv-snapshot"
+_INT64_MAX = 2**63 - 1
+
+
+def read_snapshot_ts(snapshot_dir: str) -> int:
+    """The snapshot's ``ts`` from ``_snapshot.json``.
+
+    Raises DeltaMVError when the file is missing, BadRecordError when it is malformed.
+    """
+    path = os.path.join(snapshot_dir, "_snapshot.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise DeltaMVError(f"snapshot {snapshot_dir} has no _snapshot.json") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise BadRecordError(path, None, f"cannot read: {e}") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise BadRecordError(path, None, f"not JSON: {e}") from None
+    ts = doc.get("ts") if isinstance(doc, dict) else None
+    if type(ts) is not int or not 0 <= ts <= _INT64_MAX:
+        raise BadRecordError(
+            path, None, f'expected {{"ts": <non-negative int>}}, got {text.strip()[:80]}'
+        )
+    return ts
+
+
+def snapshot_files(snapshot_dir: str, table: str) -> list[str]:
+    """The data files of one table in the snapshot, sorted; [] if it has no folder."""
+    folder = os.path.join(snapshot_dir, table)
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    files = []
+    for entry in entries:
+        if entry.name.startswith((".", "_")):
+            continue
+        if not entry.name.endswith((".parquet", ".jsonl")) or not entry.is_file():
+            raise BadRecordError(
+                entry.path, None, "not a snapshot file: expected *.parquet or *.jsonl"
+            )
+        files.append(entry.path)
+    return sorted(files)
+
+
+def read_snapshot_file(path: str, schema: TableSchema) -> pa.Table:
+    """One snapshot file as a table of ``schema.to_arrow()``, validated."""
+    if path.endswith(".jsonl"):
+        return _read_jsonl(path, schema)
+    return _read_parquet(path, schema)
+
+
+def _read_jsonl(path: str, schema: TableSchema) -> pa.Table:
+    validator = table_validators({"": schema})[""]
+    decimals = any(c.kind == "decimal" for c in schema.columns)
+    rows: list[Any] = []
+    for lineno, row in read_json_lines(path, decimals=decimals):
+        try:
+            rows.append(validator.normalise(row))
+        except RowValueError as e:
+            raise BadRecordError(path, lineno, str(e)) from None
+    return rows_to_arrow(rows, schema)
+
+
+def _read_parquet(path: str, schema: TableSchema) -> pa.Table:
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as e:
+        raise BadRecordError(
+            path, None, f"not a readable Parquet file: {' '.join(str(e).split())[:200]}"
+        ) from None
+    target = schema.to_arrow()
+    unknown = [n for n in table.column_names if target.get_field_index(n) < 0]
+    if unknown:
+        raise BadRecordError(
+            path, None, f"unknown column {unknown[0]!r} (declared: {', '.join(schema.names)})"
+        )
+    arrays = []
+    for field in target:
+        if field.name not in table.column_names:
+            if not field.nullable:
+                raise BadRecordError(path, None, f"column {field.name!r} is NOT NULL but missing")
+            arrays.append(pa.nulls(table.num_rows, field.type))
+            continue
+        column = table.column(field.name)
+        try:
+            column = column.cast(field.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+            raise BadRecordError(
+                path,
+                None,
+                f"column {field.name!r} of type {column.type} does not fit {field.type}: "
+                f"{' '.join(str(e).split())[:120]}",
+            ) from None
+        if not field.nullable and column.null_count:
+            first = pc.index(pc.is_null(column), True).as_py()
+            raise BadRecordError(path, first + 1, f"column {field.name!r} is NOT NULL but null")
+        arrays.append(column)
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+def snapshot_arrow(snapshot_dir: str, tables: Mapping[str, TableSchema]) -> dict[str, pa.Table]:
+    """Every declared table's snapshot rows as one Arrow table (in the driver's memory)."""
+    out = {}
+    for name, schema in tables.items():
+        parts = [read_snapshot_file(p, schema) for p in snapshot_files(snapshot_dir, name)]
+        out[name] = pa.concat_tables(parts) if parts else schema.to_arrow().empty_table()
+    return out
+
+
+def snapshot_tables(
+    spark: Any, snapshot_dir: str, tables: Mapping[str, TableSchema]
+) -> dict[str, Any]:
+    """Every declared table's snapshot rows as a DataFrame, read on the executors.
+
+    One Spark partition per file; the schema is the declared one (all columns
+    nullable in Spark; NOT NULL is enforced while reading).
+    """
+    return {
+        name: spark.read.format(SNAPSHOT_SOURCE_NAME)
+        .option("path", os.fspath(snapshot_dir))
+        .option("table", name)
+        .option("schema", schema.to_ddl())
+        .load()
+        for name, schema in tables.items()
+    }
+
+
+class _FilePartition(InputPartition):
+    def __init__(self, path: str) -> None:
+        super().__init__(path)
+        self.path = path
+
+
+class _SnapshotReader(DataSourceReader):
+    def __init__(self, snapshot_dir: str, table: str, schema: TableSchema) -> None:
+        self.snapshot_dir, self.table, self.table_schema = snapshot_dir, table, schema
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return [_FilePartition(p) for p in snapshot_files(self.snapshot_dir, self.table)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from deltamv.changelog.source import _wired
+
+        assert isinstance(partition, _FilePartition)
+        nullable = pa.schema([f.with_nullable(True) for f in self.table_schema.to_arrow()])
+        try:
+            table = read_snapshot_file(partition.path, self.table_schema)
+        except BadRecordError as e:
+            raise _wired(e) from None
+        yield from table.cast(nullable).to_batches(max_chunksize=65536)
+
+
+class SnapshotDataSource(DataSource):
+    """``spark.read.format("deltamv-snapshot")``: options ``path``, ``table``, ``schema`` (DDL)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return SNAPSHOT_SOURCE_NAME
+
+    def _schema(self) -> TableSchema:
+        ddl = self.options.get("schema")
+        if not ddl:
+            raise ConfigError("schema", f"the {SNAPSHOT_SOURCE_NAME} source needs the table DDL")
+        try:
+            return TableSchema.from_ddl(ddl)
+        except ValueError as e:
+            raise ConfigError("schema", str(e)) from None
+
+    def schema(self) -> str:
+        return ", ".join(f"`{c.name}` {c.ddl_type}" for c in self._schema().columns)
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        path, table = self.options.get("path"), self.options.get("table")
+        if not path or not table:
+            raise ConfigError(
+                "path" if not path else "table", f"required by {SNAPSHOT_SOURCE_NAME}"
+            )
+        return _SnapshotReader(path, table, self._schema())
