@@ -81,8 +81,13 @@ def min_span(regions: Mapping[int, RegionState], start_ts: int) -> Blocker:
         (s.start_key or "", s.end_key or "", max(s.resolved or 0, start_ts), s.region)
         for s in counting_regions(regions)
     ]
+    # Cut at every initialized region's bounds too, so a span held back by a successor
+    # waiting for its parent is named precisely.
+    extra = [s.start_key or "" for s in regions.values() if s.initialized] + [
+        s.end_key or "" for s in regions.values() if s.initialized
+    ]
     best: Blocker | None = None
-    for lo, hi, covering in _elementary(spans):
+    for lo, hi, covering in _elementary(spans, extra):
         if covering:
             ts, region = max((c[0], c[1]) for c in covering)
             reason = "lowest resolved ts"
@@ -99,10 +104,14 @@ def min_span(regions: Mapping[int, RegionState], start_ts: int) -> Blocker:
     return best
 
 
-def _elementary(spans: Iterable[tuple[str, str, int, int]]) -> list[tuple[str, str, list[tuple[int, int]]]]:
+def _elementary(
+    spans: Iterable[tuple[str, str, int, int]], extra_cuts: Iterable[str] = ()
+) -> list[tuple[str, str, list[tuple[int, int]]]]:
     """Cut the key space at every span boundary; list the spans covering each piece."""
     spans = list(spans)
-    cuts = sorted({""} | {lo for lo, _, _, _ in spans} | {hi for _, hi, _, _ in spans if hi != ""})
+    cuts = sorted(
+        {"", *extra_cuts} | {lo for lo, _, _, _ in spans} | {hi for _, hi, _, _ in spans if hi != ""}
+    )
     pieces: list[tuple[str, str, list[tuple[int, int]]]] = []
     for i, lo in enumerate(cuts):
         hi = cuts[i + 1] if i + 1 < len(cuts) else ""

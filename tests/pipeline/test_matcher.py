@@ -1,0 +1,181 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from deltamv.errors import BadRecordError
+from deltamv.pipeline.ingest import ingest
+from deltamv.pipeline.state import PipelineState
+
+from .events import commit, committed, init, prewrite, resolved, retired, rollback, table
+
+
+def released(state: PipelineState, batch: int) -> dict[str, object]:
+    return {
+        key: (op, json.loads(value) if value else None, commit_ts)
+        for _, key, op, value, _, commit_ts in state.released_rows(batch)
+    }
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> PipelineState:
+    return PipelineState(tmp_path / "state.db", job="t", start_ts=0)
+
+
+def test_first_commit_releases_the_whole_transaction_in_the_region(state: PipelineState) -> None:
+    # min-commit-ts mode: the region's watermark passes the transaction right after its
+    # first COMMIT; the COMMITs of its other keys never come.
+    rows = [
+        init(1),
+        prewrite(1, 10, "k1", {"id": 1}, large=True),
+        prewrite(1, 10, "k2", {"id": 2}, large=True),
+        prewrite(1, 10, "k3", None, large=True),
+        commit(1, 10, 20, "k1"),
+        resolved(1, 25),
+    ]
+    result = ingest(state, 0, [table(rows)])
+    assert result.watermark == 25
+    assert released(state, 0) == {
+        "k1": ("PUT", {"id": 1}, 20),
+        "k2": ("PUT", {"id": 2}, 20),
+        "k3": ("DELETE", None, 20),
+    }
+
+
+def test_straggling_and_duplicate_commits_add_nothing(state: PipelineState) -> None:
+    rows = [init(1), prewrite(1, 10, "a", {"v": 1}), prewrite(1, 10, "a", {"v": 1}), prewrite(1, 10, "b", {"v": 2})]
+    rows += [commit(1, 10, 20, "a"), commit(1, 10, 20, "a"), resolved(1, 30), commit(1, 10, 20, "b")]
+    ingest(state, 0, [table(rows)])
+    assert len(released(state, 0)) == 2
+    # A straggler after the watermark passed (its bookkeeping pruned) is harmless too.
+    ingest(state, 1, [table([commit(1, 10, 20, "b"), resolved(1, 31)])])
+    assert state.released_count(1) == 0
+
+
+def test_rollback_and_retired_drop_pending_rows(state: PipelineState) -> None:
+    rows = [init(1, "", "m"), init(2, "m", ""), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a")]
+    rows += [prewrite(2, 11, "x", {"v": 1}), retired(2), resolved(1, 50)]
+    ingest(state, 0, [table(rows)])
+    assert state.released_count(0) == 0
+    assert state.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
+
+
+def test_rows_hold_until_the_global_watermark_passes(state: PipelineState) -> None:
+    first = [init(1, "", "m"), init(2, "m", ""), prewrite(1, 10, "a", {"v": 1}), commit(1, 10, 20, "a")]
+    first += [resolved(1, 30), resolved(2, 15)]
+    r0 = ingest(state, 0, [table(first)])
+    assert (r0.watermark, r0.released) == (15, 0)
+    r1 = ingest(state, 1, [table([resolved(2, 40)])])
+    assert (r1.watermark, r1.released) == (30, 1)
+
+
+def test_reemitted_rows_below_the_applied_watermark_are_dropped(state: PipelineState) -> None:
+    first = [init(1), prewrite(1, 10, "a", {"v": 1}), commit(1, 10, 20, "a"), resolved(1, 30)]
+    ingest(state, 0, [table(first)])
+    # A successor re-emits the row (and one above the watermark) in its initial scan.
+    second = [retired(1), committed(2, 10, 20, "a", {"v": 1}), committed(2, 12, 35, "b", {"v": 2})]
+    second += [init(2, "", "", parents=[1]), resolved(2, 40)]
+    r1 = ingest(state, 1, [table(second)])
+    assert r1.watermark == 40
+    assert released(state, 1) == {"b": ("PUT", {"v": 2}, 35)}
+
+
+def test_deletes_come_before_puts_within_a_transaction(state: PipelineState) -> None:
+    rows = [init(1), prewrite(1, 10, "z-new", {"id": 2}), prewrite(1, 10, "a-old", None)]
+    rows += [commit(1, 10, 20, "z-new"), resolved(1, 30)]
+    ingest(state, 0, [table(rows)])
+    order = [r[0] for r in state.db.execute("SELECT op FROM released WHERE batch = 0 ORDER BY ord")]
+    assert order == ["DELETE", "PUT"]
+
+
+@pytest.mark.parametrize(
+    ("rows", "reason"),
+    [
+        ([init(1), commit(1, 10, 20, "a")], "without its PREWRITE"),
+        ([init(1), resolved(1, 30), resolved(1, 29)], "going backwards"),
+        ([resolved(1, 30)], "before the region's INITIALIZED"),
+        ([init(1), retired(1), resolved(1, 30)], "after the region's RETIRED"),
+        ([init(1), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a"), commit(1, 10, 20, "a")], "after its ROLLBACK"),
+    ],
+)
+def test_history_violations_are_bad_records_and_leave_no_trace(
+    state: PipelineState, rows: list[dict[str, object]], reason: str
+) -> None:
+    for i, row in enumerate(rows, start=1):
+        row["line"] = i
+    with pytest.raises(BadRecordError, match=reason) as info:
+        ingest(state, 0, [table(rows)])
+    assert info.value.line == len(rows)
+    assert "region-1/000001.jsonl:" in str(info.value)
+    assert state.progress().batch == -1
+    assert state.db.execute("SELECT COUNT(*) FROM regions").fetchone()[0] == 0
+
+
+# -- any legal interleaving gives the same released rows ---------------------------------
+REGION_STREAMS = {
+    1: [
+        init(1, "", "m"),
+        prewrite(1, 10, "a", {"v": 1}),
+        prewrite(1, 10, "b", {"v": 2}),
+        prewrite(1, 14, "c", {"v": 3}, large=True),
+        commit(1, 10, 12, "a"),
+        resolved(1, 13),
+        prewrite(1, 16, "a", None),
+        commit(1, 16, 18, "a"),
+        commit(1, 10, 12, "b"),
+        commit(1, 14, 21, "c"),
+        resolved(1, 30),
+        retired(1),
+    ],
+    2: [
+        init(2, "m", ""),
+        prewrite(2, 10, "x", {"v": 9}),
+        resolved(2, 9),
+        commit(2, 10, 12, "x"),
+        prewrite(2, 17, "y", {"v": 5}),
+        prewrite(2, 17, "y", {"v": 5}),
+        rollback(2, 17, "y"),
+        resolved(2, 28),
+        prewrite(2, 24, "z", {"v": 6}),
+        commit(2, 24, 29, "z"),
+        resolved(2, 35),
+    ],
+    3: [  # successor of region 1, re-emitting what committed above its last resolved (13)
+        committed(3, 16, 18, "a", None),
+        committed(3, 14, 21, "c", {"v": 3}),
+        init(3, "", "m", parents=[1]),
+        resolved(3, 33),
+    ],
+}
+FINAL = {"a": None, "b": {"v": 2}, "c": {"v": 3}, "x": {"v": 9}, "z": {"v": 6}}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.large_base_example, HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_interleaving_and_batching_gives_the_same_result(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+    state = PipelineState(tmp_path_factory.mktemp("s") / "state.db", job="t", start_ts=0)
+    cursors = dict.fromkeys(REGION_STREAMS, 0)
+    batch, final_state, watermarks = 0, {}, []
+    while any(cursors[r] < len(s) for r, s in REGION_STREAMS.items()):
+        rows = []
+        for region, stream in REGION_STREAMS.items():
+            take = data.draw(st.integers(0, len(stream) - cursors[region]))
+            rows += stream[cursors[region] : cursors[region] + take]
+            cursors[region] += take
+        if not rows:  # every region published nothing this round: let one move on
+            region = next(r for r, s in REGION_STREAMS.items() if cursors[r] < len(s))
+            rows.append(REGION_STREAMS[region][cursors[region]])
+            cursors[region] += 1
+        result = ingest(state, batch, [table(rows)])
+        watermarks.append(result.watermark)
+        for key, (op, value, commit_ts) in released(state, batch).items():
+            assert commit_ts <= result.watermark
+            final_state[key] = value if op == "PUT" else None
+        batch += 1
+    assert watermarks == sorted(watermarks)
+    assert watermarks[-1] == 33
+    assert final_state == FINAL
