@@ -78,7 +78,7 @@ class PipelineState:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         try:
-            self.db = sqlite3.connect(path, isolation_level=None)
+            self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
             self.db.execute("PRAGMA synchronous=FULL")
             self.db.execute("PRAGMA temp_store=FILE")
