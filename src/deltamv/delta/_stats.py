@@ -53,8 +53,11 @@ class StatsCollector:
                 continue
             mm = pc.min_max(column)
             lo, hi = mm["min"], mm["max"]
-            if pa.types.is_floating(column.type) and not (
-                math.isfinite(lo.as_py()) and math.isfinite(hi.as_py())
+            # min_max skips NaN, but Spark orders NaN above every number: with a NaN in
+            # the file no finite max is an upper bound. JSON has no infinity either.
+            if pa.types.is_floating(column.type) and (
+                pc.any(pc.is_nan(column)).as_py()
+                or not (math.isfinite(lo.as_py()) and math.isfinite(hi.as_py()))
             ):
                 self._bounded[i] = False
                 continue

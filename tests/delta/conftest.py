@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+ALL_TYPES = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        ("name", pa.string()),
+        ("score", pa.float64()),
+        ("amount", pa.decimal128(18, 2)),
+        ("day", pa.date32()),
+        ("at", pa.timestamp("us", tz="UTC")),
+        ("flag", pa.bool_()),
+    ]
+)
+ALL_TYPES_DDL = (
+    "id BIGINT NOT NULL, name STRING, score DOUBLE, amount DECIMAL(18, 2), day DATE,"
+    " at TIMESTAMP, flag BOOLEAN"
+)
+
+
+def all_types_rows(n: int, start: int = 0) -> list[dict[str, object]]:
+    """Rows of ALL_TYPES with every column populated, plus nulls in the nullable ones."""
+    base = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    rows: list[dict[str, object]] = []
+    for i in range(start, start + n):
+        rows.append(
+            {
+                "id": i,
+                "name": None if i % 7 == 3 else f"name-{i}",
+                "score": i * 1.5,
+                "amount": decimal.Decimal(i * 100 + 99) / 100 + decimal.Decimal("123456789012"),
+                "day": dt.date(2024, 1, 1) + dt.timedelta(days=i),
+                "at": base + dt.timedelta(seconds=i, microseconds=i * 7 % 1000),
+                "flag": None if i % 5 == 0 else i % 2 == 0,
+            }
+        )
+    return rows
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """The project's session; a plain local one while the session factory cannot import."""
+    try:
+        from deltamv.session import build_spark
+
+        session = build_spark(app_name="deltamv-tests", conf={"spark.sql.shuffle.partitions": "2"})
+    except ImportError:
+        session = (
+            SparkSession.builder.master("local[2]")
+            .appName("deltamv-tests")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .getOrCreate()
+        )
+    yield session
+    session.stop()

@@ -1,0 +1,145 @@
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from deltamv.delta import DataFile, commit, spark_to_arrow, write_arrow, write_dataframe
+from deltamv.errors import DeltaMVError
+
+from .conftest import ALL_TYPES, ALL_TYPES_DDL, all_types_rows
+
+
+def _commit(path: str, files: list[DataFile], schema: pa.Schema = ALL_TYPES) -> None:
+    commit(
+        path,
+        schema=schema,
+        add=files,
+        replace=True,
+        app_id="t",
+        batch_id=1,
+        metadata={},
+        expected_version=None,
+    )
+
+
+def test_write_dataframe_writes_each_partition_into_the_table_folder(
+    spark: SparkSession, tmp_path
+) -> None:
+    path = str(tmp_path / "t")
+    df = spark.createDataFrame(all_types_rows(50), ALL_TYPES_DDL).repartition(3)
+
+    files = write_dataframe(df, path, schema=ALL_TYPES, prefix="b-1")
+
+    assert sum(f.num_records for f in files) == 50
+    assert 1 <= len(files) <= 3
+    for f in files:
+        assert f.path.startswith("b-1-") and "/" not in f.path
+        assert os.path.getsize(os.path.join(path, f.path)) == f.size
+        assert pq.read_schema(os.path.join(path, f.path)).remove_metadata() == ALL_TYPES
+        assert json.loads(f.stats)["numRecords"] == f.num_records
+
+
+def test_spark_types_are_cast_to_the_given_schema(spark: SparkSession, tmp_path) -> None:
+    path = str(tmp_path / "t")
+    df = spark.sql(
+        "SELECT CAST(id AS INT) AS id, CAST(id AS DECIMAL(10, 1)) AS amount,"
+        " TIMESTAMP'2024-05-06 07:08:09.123456' AS at FROM range(4)"
+    )
+    schema = pa.schema(
+        [("at", pa.timestamp("us", tz="UTC")), ("id", pa.int64()), ("amount", pa.decimal128(18, 2))]
+    )
+
+    files = write_dataframe(df, path, schema=schema, prefix="p")
+
+    table = pa.concat_tables(pq.read_table(os.path.join(path, f.path)) for f in files)
+    assert table.schema.remove_metadata() == schema
+    assert sorted(table.column("id").to_pylist()) == [0, 1, 2, 3]
+
+
+def test_a_cast_that_loses_data_fails_the_write(spark: SparkSession, tmp_path) -> None:
+    df = spark.sql("SELECT CAST(1.25 AS DECIMAL(10, 2)) AS x")
+    with pytest.raises(Exception, match=r"ArrowInvalid|Rescaling"):
+        write_dataframe(
+            df, str(tmp_path / "t"), schema=pa.schema([("x", pa.decimal128(10, 1))]), prefix="p"
+        )
+
+
+def test_an_empty_dataframe_writes_no_file(spark: SparkSession, tmp_path) -> None:
+    df = spark.createDataFrame([], "id BIGINT")
+    assert (
+        write_dataframe(df, str(tmp_path / "t"), schema=pa.schema([("id", pa.int64())]), prefix="p")
+        == []
+    )
+
+
+def test_files_roll_over_at_the_target_row_count(spark: SparkSession, tmp_path) -> None:
+    df = spark.range(0, 25, numPartitions=1)
+    files = write_dataframe(
+        df,
+        str(tmp_path / "t"),
+        schema=pa.schema([("id", pa.int64())]),
+        prefix="p",
+        target_rows_per_file=10,
+    )
+    assert sorted(f.num_records for f in files) == [5, 10, 10]
+    assert len({f.path for f in files}) == 3
+
+
+def test_stats_are_the_bounds_delta_readers_parse(tmp_path) -> None:
+    path = str(tmp_path / "t")
+    rows = all_types_rows(30)
+    files = write_arrow(
+        pa.Table.from_pylist(rows, schema=ALL_TYPES), path, schema=ALL_TYPES, prefix="a"
+    )
+    _commit(path, files)
+
+    (parsed,) = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    assert parsed["num_records"] == 30
+    for column in ["id", "score", "amount", "day"]:
+        values = [r[column] for r in rows]
+        assert parsed[f"min.{column}"] == min(values), column
+        assert parsed[f"max.{column}"] == max(values), column
+    names = [r["name"] for r in rows if r["name"] is not None]
+    assert (parsed["min.name"], parsed["max.name"]) == (min(names), max(names))
+    at = [r["at"] for r in rows]
+    # Milliseconds, widened outwards.
+    assert parsed["min.at"] <= min(at) and parsed["max.at"] >= max(at)
+    assert (max(at) - min(at)).total_seconds() + 0.002 >= (
+        parsed["max.at"] - parsed["min.at"]
+    ).total_seconds()
+    assert parsed["null_count.name"] == sum(r["name"] is None for r in rows)
+    assert parsed["null_count.flag"] == sum(r["flag"] is None for r in rows)
+
+
+def test_stats_leave_out_bounds_that_would_be_wrong(tmp_path) -> None:
+    schema = pa.schema([("s", pa.string()), ("x", pa.float64()), ("empty", pa.int64())])
+    data = pa.table(
+        {"s": ["a" * 40, "b" * 40], "x": [1.0, math.nan], "empty": [None, None]}, schema=schema
+    )
+    (f,) = write_arrow(data, str(tmp_path / "t"), schema=schema, prefix="a")
+    stats = json.loads(f.stats)
+    assert stats["minValues"] == {"s": "a" * 32}
+    assert stats["maxValues"] == {}
+    assert stats["nullCount"] == {"s": 0, "x": 0, "empty": 2}
+
+
+def test_write_arrow_checks_columns_and_nullability(tmp_path) -> None:
+    schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
+    with pytest.raises(DeltaMVError, match="no column 'id'"):
+        write_arrow(pa.table({"x": [1]}), str(tmp_path / "t"), schema=schema, prefix="a")
+    with pytest.raises(DeltaMVError, match="NOT NULL"):
+        write_arrow(pa.table({"id": [1, None]}), str(tmp_path / "t"), schema=schema, prefix="a")
+    with pytest.raises(ValueError, match="prefix"):
+        write_arrow(pa.table({"id": [1]}), str(tmp_path / "t"), schema=schema, prefix="../a")
+
+
+def test_spark_to_arrow_matches_what_the_files_hold(spark: SparkSession) -> None:
+    df = spark.createDataFrame(all_types_rows(1), ALL_TYPES_DDL)
+    assert spark_to_arrow(df.schema) == ALL_TYPES
