@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deltamv.config import load_config, parse_interval
+from deltamv.errors import ConfigError
+
+GOOD = """
+[job]
+name = "bank"
+changelog = "data/changelog"
+checkpoint = "out/_checkpoint"
+trigger_interval = "500 ms"
+
+[tables.accounts]
+schema = "id BIGINT, owner STRING, balance DECIMAL(18,2)"
+primary_key = ["id"]
+
+[views.total_balance]
+sql = "SELECT SUM(balance) AS total FROM accounts"
+path = "out/views/total_balance"
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    return path
+
+
+def test_good_config_resolves_paths_against_its_folder(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, GOOD))
+    assert config.name == "bank"
+    assert config.changelog == str(tmp_path / "data" / "changelog")
+    assert config.views["total_balance"].path == str(tmp_path / "out" / "views" / "total_balance")
+    assert config.trigger_interval == 0.5
+    assert config.tables["accounts"].schema.column("balance").ddl_type == "DECIMAL(18,2)"
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        (("[job]\n", "[job]\nspeed = 3\n"), "job.speed"),
+        (('name = "bank"\n', ""), "job.name"),
+        (('primary_key = ["id"]', 'primary_key = ["nope"]'), "tables.accounts.primary_key"),
+        (("id BIGINT, owner STRING", "id BIGNUM, owner STRING"), "tables.accounts.schema"),
+        (('trigger_interval = "500 ms"', 'trigger_interval = "soon"'), "job.trigger_interval"),
+        (('sql = "SELECT', 'sqll = "SELECT'), "views.total_balance.sqll"),
+        (("[views.total_balance]", "[views.total_balance]\npath2 = 'x'"), "views.total_balance.path2"),
+    ],
+)
+def test_errors_name_the_key(tmp_path: Path, change: tuple[str, str], key: str) -> None:
+    text = GOOD.replace(*change)
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    assert info.value.key == key
+    assert key in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_two_views_on_one_path(tmp_path: Path) -> None:
+    text = GOOD + '\n[views.again]\nsql = "SELECT 1 AS one"\npath = "out/views/total_balance"\n'
+    with pytest.raises(ConfigError, match="also used by views.total_balance.path"):
+        load_config(write(tmp_path, text))
+
+
+def test_invariant_must_name_a_view_and_one_kind(tmp_path: Path) -> None:
+    bad_view = GOOD + '\n[invariants.x]\nview = "nope"\nconstant = "SELECT 1"\n'
+    with pytest.raises(ConfigError, match="invariants.x.view"):
+        load_config(write(tmp_path, bad_view))
+    two_kinds = GOOD + '\n[invariants.x]\nview = "total_balance"\nconstant = "SELECT 1"\nalways = "SELECT true"\n'
+    with pytest.raises(ConfigError, match="exactly one"):
+        load_config(write(tmp_path, two_kinds))
+
+
+def test_not_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "[job\n"))
+
+
+def test_intervals() -> None:
+    assert parse_interval("2 seconds") == 2
+    assert parse_interval("1 minute") == 60
+    assert parse_interval("250ms") == 0.25
