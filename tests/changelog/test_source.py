@@ -209,3 +209,8 @@ def test_batch_read_events_between_offsets(spark: Any, changelog: Path) -> None:
         (1, 2, 3),
         (2, 1, 1),
     ]
+
+
+def test_batch_read_events_with_nothing_new(spark: Any, changelog: Path) -> None:
+    write_segment(changelog, 1, 1, [resolved(1, 1)])
+    assert read_events(spark, str(changelog), TABLES, {1: 1}, {1: 1}).count() == 0

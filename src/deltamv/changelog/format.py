@@ -452,21 +452,27 @@ def _as_validators(
     return table_validators(tables)  # type: ignore[arg-type]
 
 
-def _read_jsonl(segment: Segment, validators: Mapping[str, _TableValidator]) -> pa.Table:
-    path = segment.path
+def _file_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 text file, without the last line's trailing newline."""
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as e:
-        raise BadRecordError(path, None, f"cannot read segment: {e.strerror or e}") from None
+        raise BadRecordError(path, None, f"cannot read file: {e.strerror or e}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise BadRecordError(path, line, f"not UTF-8 text (byte {raw[e.start]:#04x})") from None
+        lineno = raw.count(b"\n", 0, e.start) + 1
+        raise BadRecordError(path, lineno, f"not UTF-8 text (byte {raw[e.start]:#04x})") from None
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the trailing newline of the last line
+    return lines
+
+
+def _read_jsonl(segment: Segment, validators: Mapping[str, _TableValidator]) -> pa.Table:
+    path = segment.path
+    lines = _file_lines(path)
     scan = _SCAN_DECIMAL if _needs_decimal(validators) else _SCAN_FLOAT
     cols = _Columns(validators, segment.region)
     add = cols.add
@@ -509,19 +515,7 @@ def read_json_lines(path: str, *, decimals: bool) -> Iterator[tuple[int, Any]]:
     ``decimals``: JSON numbers with a fraction decode as ``Decimal`` (exact). Raises
     BadRecordError for unreadable files, non-UTF-8 text, blank lines and non-JSON.
     """
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except OSError as e:
-        raise BadRecordError(path, None, f"cannot read file: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise BadRecordError(path, line, f"not UTF-8 text (byte {raw[e.start]:#04x})") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()
+    lines = _file_lines(path)
     scan = _SCAN_DECIMAL if decimals else _SCAN_FLOAT
     for lineno, line in enumerate(lines, 1):
         try:
@@ -641,7 +635,7 @@ def _convert(raw: list[Any], col: Column) -> list[Any]:
     if kind == "date":
         return [dt.date.fromisoformat(v) if v is not None else None for v in raw]
     if kind == "timestamp":
-        out = []
+        out: list[dt.datetime | None] = []
         for v in raw:
             if v is None:
                 out.append(None)

@@ -44,7 +44,7 @@ from pyspark.sql.streaming.datasource import (
 
 from deltamv.changelog.events import EVENT_DDL
 from deltamv.changelog.format import read_segment, table_validators
-from deltamv.changelog.segments import Segment, list_segments
+from deltamv.changelog.segments import Segment, SegmentFormat, list_segments
 from deltamv.errors import BadRecordError, ConfigError, DeltaMVError
 from deltamv.schema import TableSchema
 
@@ -184,7 +184,7 @@ def decode_offset(offset: Mapping[str, Any] | None) -> Offset:
 class ChangelogPartition(InputPartition):
     """One region's segments for one micro-batch, in ``seq`` order (pickled to executors)."""
 
-    def __init__(self, region: int, segments: Sequence[tuple[int, str, str]]) -> None:
+    def __init__(self, region: int, segments: Sequence[tuple[int, str, SegmentFormat]]) -> None:
         super().__init__(region)
         self.region = region
         self.segments = list(segments)  # (seq, path, fmt)
@@ -319,7 +319,8 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- reading (executors) ----------------------------------------------
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ChangelogPartition)
+        if not isinstance(partition, ChangelogPartition):
+            return iter(())  # Spark reads one empty InputPartition when partitions() is empty
         return _read_partition(partition, table_validators(self.tables))
 
 
@@ -344,7 +345,8 @@ class ChangelogBatchReader(DataSourceReader):
         return _select(listing, self.start, end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, ChangelogPartition)
+        if not isinstance(partition, ChangelogPartition):
+            return iter(())  # Spark reads one empty InputPartition when partitions() is empty
         return _read_partition(partition, table_validators(self.tables))
 
 
