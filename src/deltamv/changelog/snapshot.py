@@ -188,7 +188,8 @@ class _SnapshotReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         from deltamv.changelog.source import _wired
 
-        assert isinstance(partition, _FilePartition)
+        if not isinstance(partition, _FilePartition):
+            return  # Spark reads one empty InputPartition when partitions() is empty
         nullable = pa.schema([f.with_nullable(True) for f in self.table_schema.to_arrow()])
         try:
             table = read_snapshot_file(partition.path, self.table_schema)
