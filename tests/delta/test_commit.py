@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -18,7 +19,7 @@ from deltamv.delta import (
     versions,
     write_arrow,
 )
-from deltamv.errors import CommitConflictError
+from deltamv.errors import CommitConflictError, StorageError
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.string())])
 JOB = "orders_by_day"
@@ -199,3 +200,43 @@ def test_owner_is_the_job_that_created_the_table(tmp_path) -> None:
     assert owner_of(ours) == JOB
     assert owner_of(theirs) is None
     assert owner_of(str(tmp_path / "nothing")) is None
+
+
+def test_a_table_created_by_someone_else_meanwhile_is_a_conflict(tmp_path, monkeypatch) -> None:
+    # The package's ``commit`` attribute is the function; fetch the module itself.
+    commit_module = importlib.import_module("deltamv.delta.commit")
+
+    path = str(tmp_path / "t")
+    write_deltalake(path, _rows(99))
+    real_open = commit_module.open_table
+    calls = []
+
+    def open_late(table_path: str, version: int | None = None):
+        # The first look happens before the other writer's create.
+        calls.append(table_path)
+        return None if len(calls) == 1 else real_open(table_path, version)
+
+    monkeypatch.setattr(commit_module, "open_table", open_late)
+    with pytest.raises(CommitConflictError, match="created by another writer"):
+        _commit_batch(path, 1, [1])
+    assert table_version(path) == 0
+
+
+def test_storage_failures_are_storage_errors_with_one_line(tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    path = str(blocker / "t")
+    with pytest.raises(StorageError) as raised:
+        commit(
+            path,
+            schema=SCHEMA,
+            add=[],
+            replace=True,
+            app_id="a",
+            batch_id=1,
+            metadata={},
+            expected_version=None,
+        )
+    assert "\n" not in str(raised.value) and path in str(raised.value)
+    with pytest.raises(StorageError, match="writing data files"):
+        write_arrow(_rows(1), path, schema=SCHEMA, prefix="x")

@@ -30,9 +30,11 @@ def open_table(table_path: str, version: int | None = None) -> DeltaTable | None
 
 
 def require_table(table_path: str, version: int | None = None) -> DeltaTable:
+    """The table at ``table_path`` (at ``version``); DeltaMVError if there is none."""
     table = open_table(table_path, version)
     if table is None:
-        raise DeltaMVError(f"there is no Delta table at {table_path}")
+        at = "" if version is None else f" with a version {version}"
+        raise DeltaMVError(f"there is no Delta table at {table_path}{at}")
     return table
 
 
@@ -62,8 +64,6 @@ def translate_errors(table_path: str) -> Iterator[None]:
         raise CommitConflictError(
             f"table {table_path} needs Delta features deltamv does not write: {_line(e)}"
         ) from e
-    except TableNotFoundError:
-        raise
     except DeltaError as e:
         raise StorageError(f"Delta table {table_path}: {_line(e)}") from e
     except OSError as e:

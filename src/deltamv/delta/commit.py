@@ -92,6 +92,8 @@ def commit(
 
     with translate_errors(table_path):
         current = table.version()
+        # Before the version check: a job that crashed after its commit but before it
+        # recorded the new version replays the batch with the older expected_version.
         done = table.transaction_version(app_id)
         if done is not None and done >= batch_id:
             return CommitResult(current, skipped=True)

@@ -149,7 +149,7 @@ def _write_files(
     for batch in batches:
         if batch.num_rows == 0:
             continue
-        batch = conform(batch, schema)
+        batch = _conform(batch, schema)
         offset = 0
         while offset < batch.num_rows:
             if out is None:
@@ -191,7 +191,7 @@ class _OpenFile:
         }
 
 
-def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
+def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """``batch``'s columns, picked by name and safely cast to ``schema``.
 
     Spark hands Arrow batches whose timestamps carry the session zone and whose types
