@@ -2,11 +2,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from collections.abc import Iterator
 
 import pyarrow as pa
-import pytest
-from pyspark.sql import SparkSession
 
 ALL_TYPES = pa.schema(
     [
@@ -42,23 +39,3 @@ def all_types_rows(n: int, start: int = 0) -> list[dict[str, object]]:
             }
         )
     return rows
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """The project's session; a plain local one while the session factory cannot import."""
-    try:
-        from deltamv.session import build_spark
-
-        session = build_spark(app_name="deltamv-tests", conf={"spark.sql.shuffle.partitions": "2"})
-    except ImportError:
-        session = (
-            SparkSession.builder.master("local[2]")
-            .appName("deltamv-tests")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .getOrCreate()
-        )
-    yield session
-    session.stop()
