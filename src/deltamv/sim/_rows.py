@@ -42,12 +42,29 @@ def rows_to_arrow(rows: Iterable[Mapping[str, Any]], schema: TableSchema) -> pa.
     return pa.Table.from_arrays(arrays, schema=arrow_schema)
 
 
+def _canonical(names: list[str]) -> Any:
+    def order(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(
+            (row.get(n) is None, row.get(n) if row.get(n) is not None else 0) for n in names
+        )
+
+    return order
+
+
 def state_to_tables(
-    state: Mapping[str, tuple[str, Mapping[str, Any]]], schemas: Mapping[str, TableSchema]
+    state: Mapping[Any, tuple[str, Mapping[str, Any]]], schemas: Mapping[str, TableSchema]
 ) -> dict[str, pa.Table]:
-    """Every table of ``schemas`` from ``state`` (key -> (table, row)), rows ordered by key."""
+    """Every table of ``schemas`` from ``state`` (any key -> (table, row)).
+
+    Rows come out in a canonical order (by their column values, in declared column
+    order), so two states with the same rows give equal tables.
+    """
     per_table: dict[str, list[Mapping[str, Any]]] = {name: [] for name in schemas}
-    for key in sorted(state):
-        table, row = state[key]
+    for table, row in state.values():
         per_table[table].append(row)
-    return {name: rows_to_arrow(per_table[name], schemas[name]) for name in sorted(schemas)}
+    return {
+        name: rows_to_arrow(
+            sorted(per_table[name], key=_canonical(schemas[name].names)), schemas[name]
+        )
+        for name in sorted(schemas)
+    }
