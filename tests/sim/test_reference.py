@@ -42,7 +42,7 @@ def test_reference_reader_matches_truth_round_by_round(params: dict, order_seed:
         run = Path(tmp) / "run"
         result = simulate(out=run, **params)
         assert check_changelog(result.changelog, truth=run) == []
-        rounds, watermark = replay_in_rounds(run, order_seed)
+        _rounds, watermark = replay_in_rounds(run, order_seed)
         assert watermark == result.final_watermark
         if params["snapshot_at"] is not None:  # also the log alone, from the beginning
             _rounds, watermark = replay_in_rounds(run, order_seed + 1, use_snapshot=False)

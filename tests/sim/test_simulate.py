@@ -51,7 +51,7 @@ def test_bank_money_is_conserved_at_every_commit(tmp_path: Path) -> None:
     result = simulate("bank", tmp_path / "run", seed=5, txns=600, large_every=150, accounts=200)
     truth = Truth.load(result.out)
     totals = set()
-    for ts in truth.commit_timestamps()[::25] + [result.final_watermark]:
+    for ts in [*truth.commit_timestamps()[::25], result.final_watermark]:
         accounts = truth.tables_at(ts)["accounts"]
         totals.add((sum(accounts.column("balance").to_pylist()), accounts.num_rows))
         assert min(accounts.column("balance").to_pylist()) >= 0

@@ -17,6 +17,7 @@ the upstream committed, so a row missing from the log is found too.
 
 from __future__ import annotations
 
+import itertools
 import os
 from bisect import bisect_left
 from collections.abc import Mapping
@@ -90,7 +91,7 @@ def _partition_problem(spans: list[tuple[str, str]]) -> str | None:
     spans = sorted(spans)
     if spans[0][0] != "":
         return f"key space below {spans[0][0]!r} is not covered"
-    for (_a, b), (c, _d) in zip(spans, spans[1:], strict=False):
+    for (_a, b), (c, _d) in itertools.pairwise(spans):
         if b == "" or b != c:
             return f"spans overlap or leave a gap at {b!r}/{c!r}"
     if spans[-1][1] != "":
