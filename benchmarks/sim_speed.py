@@ -57,7 +57,7 @@ def main() -> None:
             splits=6,
             accounts=10_000,
             watermark_mode="min-commit-ts",
-        ),  # fmt: skip
+        ),
         run(
             "parquet, 8 regions",
             n,

@@ -286,11 +286,11 @@ def check_changelog(
         problem = _partition_problem(initial)
         if problem:
             bad(f"initial regions do not partition the key space: {problem}")
-    for p, kids in sorted(children.items()):
-        pspan = info.get(p, {}).get("span")
+    for parent, kids in sorted(children.items()):
+        pspan = info[parent]["span"] if parent in info else None
         kid_spans = [info[k]["span"] for k in kids if info[k]["span"] is not None]
         if pspan is not None and complete and not _covers(kid_spans, *pspan):
-            bad(f"region {p}'s span {pspan} is not covered by its successors {sorted(kids)}")
+            bad(f"region {parent}'s span {pspan} is not covered by its successors {sorted(kids)}")
     for rid, i in info.items():
         if i["span"] is None or not i["parents"]:
             continue

@@ -9,6 +9,7 @@ output.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import json
 import math
@@ -279,6 +280,9 @@ class _Engine:
         self.truth_lines: list[str] = []
         self.large: list[_LargeTrack] = []
         self.held: dict[int, int] = {}  # live: region -> rounds its flush was held back
+        self._carry = 0.0
+        self._next_resolve: float = self.clock.ms
+        self._next_flush: int = self.clock.ms
         (out / "truth").mkdir(parents=True, exist_ok=True)
         self.truth_file = (out / "truth" / "transactions.jsonl").open("w", encoding="utf-8")
         self._write_meta(None, None)
@@ -372,7 +376,7 @@ class _Engine:
                 if delay == 0:
                     store.commit_key(txn, key)
                 else:
-                    self._at(delay, lambda k=key, s=silent: store.commit_key(txn, k, silent=s))
+                    self._at(delay, functools.partial(store.commit_key, txn, key, silent=silent))
 
     def _small(self) -> Generator[int, None, None]:
         store, rng = self.store, self.rng
