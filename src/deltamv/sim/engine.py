@@ -153,8 +153,6 @@ def _check_args(
         raise SimulationError(
             f"unknown format {merged['format']!r} (choose from {', '.join(FORMATS)})"
         )
-    if live and merged["format"] != "jsonl" and False:
-        pass
     return merged
 
 
