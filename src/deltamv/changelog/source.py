@@ -307,7 +307,9 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin, finish = decode_offset(start), decode_offset(end)
         listing = self._listing
         covered = all(
-            any(s.seq == last for s in listing.get(region, ())) for region, last in finish.items()
+            any(s.seq == last for s in listing.get(region, ()))
+            for region, last in finish.items()
+            if last > begin.get(region, -1)
         )
         if not covered:  # e.g. a restarted query replaying a planned batch
             listing = list_segments(self.path)
