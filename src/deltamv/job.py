@@ -37,7 +37,7 @@ import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from deltamv import delta, tso
+from deltamv import delta, faults, tso
 from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_tables
 from deltamv.changelog.source import SOURCE_NAME, bad_record_from_exception
 from deltamv.config import JobConfig
@@ -218,6 +218,7 @@ class ViewJob:
         if batch_id > progress.batch:
             staged = self._stage_events(df, batch_id)
             result = ingest(state, batch_id, _read_events(staged))
+            faults.point("after-ingest")
             events = result.events
             shutil.rmtree(staged, ignore_errors=True)
         progress = state.progress()
@@ -229,6 +230,7 @@ class ViewJob:
             self._apply(batch_id, watermark)
             committed = True
         duration = int((time.monotonic() - started) * 1000)
+        faults.point("before-finish")
         state.finish_batch(batch_id, watermark if committed else None, duration)
         report = BatchReport(batch_id, events, released, watermark, committed, duration)
         self.reports.append(report)
@@ -290,6 +292,7 @@ class ViewJob:
             self.state.record_commit(target, current, batch)
             return
         files = delta.write_dataframe(df, path, schema=schema, prefix=f"b{version:08d}")  # type: ignore[arg-type]
+        faults.point("before-commit")
         result = delta.commit(
             path,
             schema=schema,  # type: ignore[arg-type]
@@ -304,6 +307,7 @@ class ViewJob:
             for f in files:  # written again by the replay; the committed version has its own
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(os.path.join(path, f.path))
+        faults.point("after-commit")
         self.state.record_commit(target, result.version, batch)
 
 
