@@ -48,7 +48,10 @@ def test_good_config_resolves_paths_against_its_folder(tmp_path: Path) -> None:
         (("id BIGINT, owner STRING", "id BIGNUM, owner STRING"), "tables.accounts.schema"),
         (('trigger_interval = "500 ms"', 'trigger_interval = "soon"'), "job.trigger_interval"),
         (('sql = "SELECT', 'sqll = "SELECT'), "views.total_balance.sqll"),
-        (("[views.total_balance]", "[views.total_balance]\npath2 = 'x'"), "views.total_balance.path2"),
+        (
+            ("[views.total_balance]", "[views.total_balance]\npath2 = 'x'"),
+            "views.total_balance.path2",
+        ),
     ],
 )
 def test_errors_name_the_key(tmp_path: Path, change: tuple[str, str], key: str) -> None:
@@ -62,15 +65,18 @@ def test_errors_name_the_key(tmp_path: Path, change: tuple[str, str], key: str) 
 
 def test_two_views_on_one_path(tmp_path: Path) -> None:
     text = GOOD + '\n[views.again]\nsql = "SELECT 1 AS one"\npath = "out/views/total_balance"\n'
-    with pytest.raises(ConfigError, match="also used by views.total_balance.path"):
+    with pytest.raises(ConfigError, match=r"also used by views\.total_balance\.path"):
         load_config(write(tmp_path, text))
 
 
 def test_invariant_must_name_a_view_and_one_kind(tmp_path: Path) -> None:
     bad_view = GOOD + '\n[invariants.x]\nview = "nope"\nconstant = "SELECT 1"\n'
-    with pytest.raises(ConfigError, match="invariants.x.view"):
+    with pytest.raises(ConfigError, match=r"invariants\.x\.view"):
         load_config(write(tmp_path, bad_view))
-    two_kinds = GOOD + '\n[invariants.x]\nview = "total_balance"\nconstant = "SELECT 1"\nalways = "SELECT true"\n'
+    two_kinds = (
+        GOOD
+        + '\n[invariants.x]\nview = "total_balance"\nconstant = "SELECT 1"\nalways = "SELECT true"\n'
+    )
     with pytest.raises(ConfigError, match="exactly one"):
         load_config(write(tmp_path, two_kinds))
 

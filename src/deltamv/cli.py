@@ -51,7 +51,9 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a view job (CONTRACT section 5)")
     run.add_argument("config", help="the job's TOML config")
-    run.add_argument("--once", action="store_true", help="process what the log holds now, then exit")
+    run.add_argument(
+        "--once", action="store_true", help="process what the log holds now, then exit"
+    )
     run.set_defaults(func=_run)
 
     sim = sub.add_parser("simulate", help="write a simulated change log, config and ground truth")
@@ -64,7 +66,12 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--regions", type=int, default=4)
     sim.add_argument("--splits", type=int, default=0, help="region splits and merges")
     sim.add_argument("--watermark-mode", choices=["start-ts", "min-commit-ts"], default="start-ts")
-    sim.add_argument("--snapshot-at", type=float, metavar="FRACTION", help="write a snapshot at this fraction of the run")
+    sim.add_argument(
+        "--snapshot-at",
+        type=float,
+        metavar="FRACTION",
+        help="write a snapshot at this fraction of the run",
+    )
     sim.add_argument("--live", action="store_true", help="write in real time until stopped")
     sim.set_defaults(func=_simulate)
 
@@ -73,9 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _extra_commands() -> list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]]:
+def _extra_commands() -> list[
+    Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
+]:
     """Subcommands living beside their library code (check, status, read)."""
-    found = []
+    found: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
     try:
         from deltamv.check.commands import register_commands
     except ImportError:

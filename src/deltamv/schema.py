@@ -113,7 +113,9 @@ class TableSchema:
             kind = _ALIASES.get(type_word)
             if kind is None:
                 valid = ", ".join(sorted({k.upper() for k in _ALIASES.values()}))
-                raise ValueError(f"column {name!r}: unsupported type {match['type']!r} (valid: {valid})")
+                raise ValueError(
+                    f"column {name!r}: unsupported type {match['type']!r} (valid: {valid})"
+                )
             precision, scale = 0, 0
             args = [a.strip() for a in (match["args"] or "").split(",") if a.strip()]
             if kind == "decimal":

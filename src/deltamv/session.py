@@ -44,7 +44,11 @@ def build_spark(
     builder = SparkSession.builder.appName(
         app_name or (f"deltamv-{config.name}" if config else "deltamv")
     )
-    chosen = master or os.environ.get("DELTAMV_SPARK_MASTER") or (config.spark.master if config else None)
+    chosen = (
+        master
+        or os.environ.get("DELTAMV_SPARK_MASTER")
+        or (config.spark.master if config else None)
+    )
     if chosen:
         builder = builder.master(chosen)
     elif "spark.master" not in _submitted_conf():

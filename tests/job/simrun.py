@@ -41,7 +41,10 @@ class SimJob:
         job_dir = tmp / "job"
         (job_dir / "changelog").mkdir(parents=True)
         text = (run / "config.toml").read_text()
-        text = text.replace('changelog = "changelog"', 'changelog = "changelog"\nmax_segments_per_batch = %d' % segments_per_batch)
+        text = text.replace(
+            'changelog = "changelog"',
+            f'changelog = "changelog"\nmax_segments_per_batch = {segments_per_batch}',
+        )
         text = text.replace('snapshot = "snapshot"', f'snapshot = "{run / "snapshot"}"')
         (job_dir / "config.toml").write_text(text)
         segments = list_segments(str(run / "changelog"))
@@ -73,7 +76,9 @@ class SimJob:
     def latest_watermarks(self) -> dict[str, int | None]:
         out = {}
         for name, view in self.config.views.items():
-            versions = delta.versions(view.path) if delta.table_version(view.path) is not None else []
+            versions = (
+                delta.versions(view.path) if delta.table_version(view.path) is not None else []
+            )
             out[name] = versions[-1].watermark if versions else None
         return out
 
@@ -85,7 +90,9 @@ class SimJob:
             if latest is None:  # nothing committed yet: only while nothing is resolved
                 assert expected == start, f"{name}: no version, but the log resolves to {expected}"
             else:
-                assert latest == expected, f"{name}: latest watermark {latest}, log resolves to {expected}"
+                assert latest == expected, (
+                    f"{name}: latest watermark {latest}, log resolves to {expected}"
+                )
 
     def assert_every_version_matches_truth(self, spark: Any) -> int:
         """Every version of every view equals the view SQL over the truth at its watermark."""
@@ -102,5 +109,7 @@ class SimJob:
                 )  # fmt: skip
                 checked += 1
             assert watermarks == sorted(watermarks), f"{name}: watermarks decrease: {watermarks}"
-            assert len(set(watermarks)) == len(watermarks), f"{name}: a watermark repeats: {watermarks}"
+            assert len(set(watermarks)) == len(watermarks), (
+                f"{name}: a watermark repeats: {watermarks}"
+            )
         return checked

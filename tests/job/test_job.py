@@ -87,20 +87,40 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
     assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
 
     # A transfer of 50 from account 1 to 7, split over both regions; then run again.
-    segment(bank, 1, 2, [put(1, 130, 1, 50), commit(1, 130, 131, 1), {"region": 1, "type": "RESOLVED", "ts": 150}])
-    segment(bank, 2, 2, [put(2, 130, 7, 150), commit(2, 130, 131, 7), {"region": 2, "type": "RESOLVED", "ts": 140}])
+    segment(
+        bank,
+        1,
+        2,
+        [put(1, 130, 1, 50), commit(1, 130, 131, 1), {"region": 1, "type": "RESOLVED", "ts": 150}],
+    )
+    segment(
+        bank,
+        2,
+        2,
+        [put(2, 130, 7, 150), commit(2, 130, 131, 7), {"region": 2, "type": "RESOLVED", "ts": 140}],
+    )
     ViewJob(config, spark).run(once=True)
     versions = delta.versions(str(total))
     assert [v.watermark for v in versions] == [115, 140]
     assert all(v.job == "bank" for v in versions)
     assert_df_equality(rows(spark, total, 1), expected, ignore_nullable=True)
     rich = spark.createDataFrame([(2, "o2"), (7, "o7")], "id BIGINT, owner STRING")
-    assert_df_equality(rows(spark, bank / "out" / "views" / "rich"), rich, ignore_row_order=True, ignore_nullable=True)
+    assert_df_equality(
+        rows(spark, bank / "out" / "views" / "rich"),
+        rich,
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
 
 
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:
     config = load_config(bank / "config.toml")
-    bad = segment(bank, 2, 2, '{"region": 2, "type": "RESOLVED", "ts": 140}\n{"region": 2, "type": "RESOLVED", "ts": 139}\n')
+    bad = segment(
+        bank,
+        2,
+        2,
+        '{"region": 2, "type": "RESOLVED", "ts": 140}\n{"region": 2, "type": "RESOLVED", "ts": 139}\n',
+    )
     with pytest.raises(BadRecordError) as info:
         ViewJob(config, spark).run(once=True)
     assert (info.value.file, info.value.line) == (str(bad), 2)
@@ -111,7 +131,9 @@ def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) 
     # Repaired (the upstream fixed the segment): the job resumes from where it stood.
     bad.write_text('{"region": 2, "type": "RESOLVED", "ts": 140}\n')
     ViewJob(config, spark).run(once=True)
-    assert [v.watermark for v in delta.versions(str(bank / "out" / "views" / "total_balance"))] == [120]
+    assert [v.watermark for v in delta.versions(str(bank / "out" / "views" / "total_balance"))] == [
+        120
+    ]
 
 
 @pytest.mark.parametrize(
@@ -122,7 +144,9 @@ def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) 
         ("SELEC 1", "views.total_balance.sql"),
     ],
 )
-def test_view_sql_errors_name_the_key_before_reading(spark: Any, bank: Path, sql: str, message: str) -> None:
+def test_view_sql_errors_name_the_key_before_reading(
+    spark: Any, bank: Path, sql: str, message: str
+) -> None:
     text = CONFIG.replace("SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts", sql)
     (bank / "config.toml").write_text(text)
     with pytest.raises(ConfigError) as info:

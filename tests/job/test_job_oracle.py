@@ -13,15 +13,27 @@ from .simrun import SimJob
 SCENARIOS = [
     pytest.param("bank", dict(seed=1, txns=300, splits=2), id="bank-start_ts-splits"),
     pytest.param(
-        "bank", dict(seed=2, txns=300, splits=3, watermark_mode="min-commit-ts", snapshot_at=0.3,
-                     duplicate_rate=0.05, straggler_rate=0.3, orphan_rate=0.02),
+        "bank",
+        dict(
+            seed=2,
+            txns=300,
+            splits=3,
+            watermark_mode="min-commit-ts",
+            snapshot_at=0.3,
+            duplicate_rate=0.05,
+            straggler_rate=0.3,
+            orphan_rate=0.02,
+        ),
         id="bank-min_commit_ts-snapshot-faults",
-    ),  # fmt: skip
+    ),
     pytest.param(
-        "orders", dict(seed=3, txns=300, splits=2, watermark_mode="min-commit-ts", format="mixed"),
+        "orders",
+        dict(seed=3, txns=300, splits=2, watermark_mode="min-commit-ts", format="mixed"),
         id="orders-min_commit_ts-mixed",
     ),
-    pytest.param("authors", dict(seed=4, txns=300, splits=1, snapshot_at=0.5), id="authors-snapshot"),
+    pytest.param(
+        "authors", dict(seed=4, txns=300, splits=1, snapshot_at=0.5), id="authors-snapshot"
+    ),
 ]
 
 

@@ -23,13 +23,19 @@ def table(rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
 
 
-def init(region: int, start: str = "", end: str = "", parents: list[int] | None = None) -> dict[str, Any]:
+def init(
+    region: int, start: str = "", end: str = "", parents: list[int] | None = None
+) -> dict[str, Any]:
     return event(region, "INITIALIZED", start_key=start, end_key=end, parents=parents)
 
 
-def prewrite(region: int, start_ts: int, key: str, value: dict[str, Any] | None, **kw: Any) -> dict[str, Any]:
+def prewrite(
+    region: int, start_ts: int, key: str, value: dict[str, Any] | None, **kw: Any
+) -> dict[str, Any]:
     op = "PUT" if value is not None else "DELETE"
-    return event(region, "PREWRITE", start_ts=start_ts, table="t", key=key, op=op, value=value, **kw)
+    return event(
+        region, "PREWRITE", start_ts=start_ts, table="t", key=key, op=op, value=value, **kw
+    )
 
 
 def commit(region: int, start_ts: int, commit_ts: int, key: str) -> dict[str, Any]:
@@ -40,9 +46,20 @@ def rollback(region: int, start_ts: int, key: str) -> dict[str, Any]:
     return event(region, "ROLLBACK", start_ts=start_ts, table="t", key=key)
 
 
-def committed(region: int, start_ts: int, commit_ts: int, key: str, value: dict[str, Any] | None) -> dict[str, Any]:
+def committed(
+    region: int, start_ts: int, commit_ts: int, key: str, value: dict[str, Any] | None
+) -> dict[str, Any]:
     op = "PUT" if value is not None else "DELETE"
-    return event(region, "COMMITTED", start_ts=start_ts, commit_ts=commit_ts, table="t", key=key, op=op, value=value)
+    return event(
+        region,
+        "COMMITTED",
+        start_ts=start_ts,
+        commit_ts=commit_ts,
+        table="t",
+        key=key,
+        op=op,
+        value=value,
+    )
 
 
 def resolved(region: int, ts: int) -> dict[str, Any]:

@@ -63,10 +63,13 @@ def test_grandparents_must_be_retired_too() -> None:
     stamps=st.lists(st.integers(0, 1000), min_size=7, max_size=7),
     start=st.integers(0, 100),
 )
-def test_watermark_is_min_over_any_partition(cuts: list[str], stamps: list[int], start: int) -> None:
+def test_watermark_is_min_over_any_partition(
+    cuts: list[str], stamps: list[int], start: int
+) -> None:
     bounds = ["", *sorted(cuts), ""]
     regions = {
-        i: RegionState(i, bounds[i], bounds[i + 1], resolved=stamps[i]) for i in range(len(bounds) - 1)
+        i: RegionState(i, bounds[i], bounds[i + 1], resolved=stamps[i])
+        for i in range(len(bounds) - 1)
     }
     expected = max(start, min(stamps[: len(bounds) - 1]))
     assert global_watermark(regions, start) == expected

@@ -47,8 +47,18 @@ def test_first_commit_releases_the_whole_transaction_in_the_region(state: Pipeli
 
 
 def test_straggling_and_duplicate_commits_add_nothing(state: PipelineState) -> None:
-    rows = [init(1), prewrite(1, 10, "a", {"v": 1}), prewrite(1, 10, "a", {"v": 1}), prewrite(1, 10, "b", {"v": 2})]
-    rows += [commit(1, 10, 20, "a"), commit(1, 10, 20, "a"), resolved(1, 30), commit(1, 10, 20, "b")]
+    rows = [
+        init(1),
+        prewrite(1, 10, "a", {"v": 1}),
+        prewrite(1, 10, "a", {"v": 1}),
+        prewrite(1, 10, "b", {"v": 2}),
+    ]
+    rows += [
+        commit(1, 10, 20, "a"),
+        commit(1, 10, 20, "a"),
+        resolved(1, 30),
+        commit(1, 10, 20, "b"),
+    ]
     ingest(state, 0, [table(rows)])
     assert len(released(state, 0)) == 2
     # A straggler after the watermark passed (its bookkeeping pruned) is harmless too.
@@ -57,7 +67,12 @@ def test_straggling_and_duplicate_commits_add_nothing(state: PipelineState) -> N
 
 
 def test_rollback_and_retired_drop_pending_rows(state: PipelineState) -> None:
-    rows = [init(1, "", "m"), init(2, "m", ""), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a")]
+    rows = [
+        init(1, "", "m"),
+        init(2, "m", ""),
+        prewrite(1, 10, "a", {"v": 1}),
+        rollback(1, 10, "a"),
+    ]
     rows += [prewrite(2, 11, "x", {"v": 1}), retired(2), resolved(1, 50)]
     ingest(state, 0, [table(rows)])
     assert state.released_count(0) == 0
@@ -65,7 +80,12 @@ def test_rollback_and_retired_drop_pending_rows(state: PipelineState) -> None:
 
 
 def test_rows_hold_until_the_global_watermark_passes(state: PipelineState) -> None:
-    first = [init(1, "", "m"), init(2, "m", ""), prewrite(1, 10, "a", {"v": 1}), commit(1, 10, 20, "a")]
+    first = [
+        init(1, "", "m"),
+        init(2, "m", ""),
+        prewrite(1, 10, "a", {"v": 1}),
+        commit(1, 10, 20, "a"),
+    ]
     first += [resolved(1, 30), resolved(2, 15)]
     r0 = ingest(state, 0, [table(first)])
     assert (r0.watermark, r0.released) == (15, 0)
@@ -99,7 +119,10 @@ def test_deletes_come_before_puts_within_a_transaction(state: PipelineState) -> 
         ([init(1), resolved(1, 30), resolved(1, 29)], "going backwards"),
         ([resolved(1, 30)], "before the region's INITIALIZED"),
         ([init(1), retired(1), resolved(1, 30)], "after the region's RETIRED"),
-        ([init(1), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a"), commit(1, 10, 20, "a")], "after its ROLLBACK"),
+        (
+            [init(1), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a"), commit(1, 10, 20, "a")],
+            "after its ROLLBACK",
+        ),
     ],
 )
 def test_history_violations_are_bad_records_and_leave_no_trace(
@@ -154,9 +177,15 @@ REGION_STREAMS = {
 FINAL = {"a": None, "b": {"v": 2}, "c": {"v": 3}, "x": {"v": 9}, "z": {"v": 6}}
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.large_base_example, HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.large_base_example, HealthCheck.function_scoped_fixture],
+)
 @given(data=st.data())
-def test_any_interleaving_and_batching_gives_the_same_result(tmp_path_factory: pytest.TempPathFactory, data: st.DataObject) -> None:
+def test_any_interleaving_and_batching_gives_the_same_result(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
+) -> None:
     state = PipelineState(tmp_path_factory.mktemp("s") / "state.db", job="t", start_ts=0)
     cursors = dict.fromkeys(REGION_STREAMS, 0)
     batch, final_state, watermarks = 0, {}, []

@@ -66,7 +66,9 @@ def counting_regions(regions: Mapping[int, RegionState]) -> list[RegionState]:
     return [
         s
         for s in regions.values()
-        if s.initialized and s.resolved is not None and ancestors_read(s.region, frozenset({s.region}))
+        if s.initialized
+        and s.resolved is not None
+        and ancestors_read(s.region, frozenset({s.region}))
     ]
 
 
@@ -88,6 +90,7 @@ def min_span(regions: Mapping[int, RegionState], start_ts: int) -> Blocker:
     ]
     best: Blocker | None = None
     for lo, hi, covering in _elementary(spans, extra):
+        region: int | None
         if covering:
             ts, region = max((c[0], c[1]) for c in covering)
             reason = "lowest resolved ts"
@@ -110,7 +113,9 @@ def _elementary(
     """Cut the key space at every span boundary; list the spans covering each piece."""
     spans = list(spans)
     cuts = sorted(
-        {"", *extra_cuts} | {lo for lo, _, _, _ in spans} | {hi for _, hi, _, _ in spans if hi != ""}
+        {"", *extra_cuts}
+        | {lo for lo, _, _, _ in spans}
+        | {hi for _, hi, _, _ in spans if hi != ""}
     )
     pieces: list[tuple[str, str, list[tuple[int, int]]]] = []
     for i, lo in enumerate(cuts):

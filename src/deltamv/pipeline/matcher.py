@@ -19,6 +19,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterable
+from typing import Any
 
 import pyarrow as pa
 
@@ -42,7 +43,7 @@ class Matcher:
         self.db = db
         self.floor = floor
         self.events = 0
-        self._regions: dict[int, list[object]] = {}
+        self._regions: dict[int, list[Any]] = {}
         for row in db.execute(
             "SELECT region, start_key, end_key, parents, resolved, retired FROM regions"
         ):
@@ -72,7 +73,7 @@ class Matcher:
         self._touched.clear()
 
     # ------------------------------------------------------------------------------------
-    def _region(self, region: int) -> list[object]:
+    def _region(self, region: int) -> list[Any]:
         state = self._regions.get(region)
         if state is None:
             state = [None, None, "[]", None, 0]
@@ -80,9 +81,9 @@ class Matcher:
         self._touched.add(region)
         return state
 
-    def _event(self, e: dict[str, object]) -> None:
+    def _event(self, e: dict[str, Any]) -> None:
         self.events += 1
-        region = int(e["region"])  # type: ignore[arg-type]
+        region = int(e["region"])
         kind = e["type"]
         state = self._region(region)
         if state[4]:
@@ -95,18 +96,24 @@ class Matcher:
             self._rollback(e, region)
         elif kind == ev.COMMITTED:
             self._buffer(
-                e["key"], e["start_ts"], e["commit_ts"], e["table"], e["op"], e["value"], e["old_value"]
+                e["key"],
+                e["start_ts"],
+                e["commit_ts"],
+                e["table"],
+                e["op"],
+                e["value"],
+                e["old_value"],
             )
         elif kind == ev.RESOLVED:
-            ts = int(e["ts"])  # type: ignore[arg-type]
+            ts = int(e["ts"])
             if state[0] is None:
                 self._bad(e, f"RESOLVED {ts} before the region's INITIALIZED")
             previous = state[3]
-            if previous is not None and ts < int(previous):  # type: ignore[call-overload]
+            if previous is not None and ts < int(previous):
                 self._bad(e, f"RESOLVED going backwards: {ts} after {previous}")
             state[3] = ts
         elif kind == ev.INITIALIZED:
-            parents = json.dumps(sorted(int(p) for p in (e["parents"] or [])))  # type: ignore[attr-defined]
+            parents = json.dumps(sorted(int(p) for p in (e["parents"] or [])))
             if state[0] is not None and (state[0], state[1], state[2]) != (
                 e["start_key"], e["end_key"], parents,
             ):  # fmt: skip
@@ -126,24 +133,30 @@ class Matcher:
         ).fetchone()
         return (row is not None, None if row is None else row[0])
 
-    def _prewrite(self, e: dict[str, object], region: int) -> None:
+    def _prewrite(self, e: dict[str, Any], region: int) -> None:
         finished, _ = self._done(region, e["start_ts"])
         if finished:
-            self._bad(e, f"PREWRITE of transaction {e['start_ts']} after its COMMIT or ROLLBACK in this region")
+            self._bad(
+                e,
+                f"PREWRITE of transaction {e['start_ts']} after its COMMIT or ROLLBACK in this region",
+            )
         self.db.execute(
             "INSERT OR IGNORE INTO pending (region, start_ts, key, tbl, op, value, old_value) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             (region, e["start_ts"], e["key"], e["table"], e["op"], e["value"], e["old_value"]),
         )
 
-    def _commit(self, e: dict[str, object], region: int) -> None:
-        start_ts, commit_ts = e["start_ts"], int(e["commit_ts"])  # type: ignore[arg-type]
+    def _commit(self, e: dict[str, Any], region: int) -> None:
+        start_ts, commit_ts = e["start_ts"], int(e["commit_ts"])
         finished, done_commit = self._done(region, start_ts)
         if finished:
             if done_commit is None:
                 self._bad(e, f"COMMIT of transaction {start_ts} after its ROLLBACK in this region")
             if done_commit != commit_ts:
-                self._bad(e, f"COMMIT of transaction {start_ts} at {commit_ts}, first committed at {done_commit}")
+                self._bad(
+                    e,
+                    f"COMMIT of transaction {start_ts} at {commit_ts}, first committed at {done_commit}",
+                )
             return  # a straggling secondary or a retransmission: already committed
         # The first COMMIT here commits every row the transaction prewrote in this region.
         moved = self.db.execute(
@@ -157,32 +170,37 @@ class Matcher:
             "DELETE FROM pending WHERE region = ? AND start_ts = ?", (region, start_ts)
         ).rowcount
         if removed == 0 and moved == 0 and commit_ts > self.floor:
-            self._bad(e, f"COMMIT of transaction {start_ts} without its PREWRITE in region {region}")
+            self._bad(
+                e, f"COMMIT of transaction {start_ts} without its PREWRITE in region {region}"
+            )
         self.db.execute(
             "INSERT INTO done (region, start_ts, commit_ts) VALUES (?, ?, ?)",
             (region, start_ts, commit_ts),
         )
 
-    def _rollback(self, e: dict[str, object], region: int) -> None:
+    def _rollback(self, e: dict[str, Any], region: int) -> None:
         finished, done_commit = self._done(region, e["start_ts"])
         if finished:
             if done_commit is not None:
-                self._bad(e, f"ROLLBACK of transaction {e['start_ts']} after its COMMIT in this region")
+                self._bad(
+                    e, f"ROLLBACK of transaction {e['start_ts']} after its COMMIT in this region"
+                )
             return
         self.db.execute(
             "DELETE FROM pending WHERE region = ? AND start_ts = ?", (region, e["start_ts"])
         )
         self.db.execute(
-            "INSERT INTO done (region, start_ts, commit_ts) VALUES (?, ?, NULL)", (region, e["start_ts"])
+            "INSERT INTO done (region, start_ts, commit_ts) VALUES (?, ?, NULL)",
+            (region, e["start_ts"]),
         )
 
     def _buffer(
-        self, key: object, start_ts: object, commit_ts: object, table: object, op: object,
-        value: object, old_value: object,
+        self, key: str, start_ts: int, commit_ts: int, table: str, op: str,
+        value: str | None, old_value: str | None,
     ) -> None:  # fmt: skip
         # At or below the applied watermark every transaction was complete already:
         # this is a successor's re-emission of a row that is out (or in the snapshot).
-        if int(commit_ts) <= self.floor:  # type: ignore[call-overload]
+        if int(commit_ts) <= self.floor:
             return
         self.db.execute(
             "INSERT INTO buffer (key, start_ts, commit_ts, tbl, op, value, old_value) "
@@ -191,5 +209,5 @@ class Matcher:
         )
 
     @staticmethod
-    def _bad(e: dict[str, object], reason: str) -> None:
-        raise BadRecordError(str(e["file"]), int(e["line"]), reason)  # type: ignore[call-overload]
+    def _bad(e: dict[str, Any], reason: str) -> None:
+        raise BadRecordError(str(e["file"]), int(e["line"]), reason)

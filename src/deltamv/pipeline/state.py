@@ -193,4 +193,6 @@ class PipelineState:
             self.put("applied_batch", str(batch))
             if committed_watermark is not None:
                 self.put("committed_watermark", str(committed_watermark))
-            self.db.execute("UPDATE batches SET duration_ms = ? WHERE batch = ?", (duration_ms, batch))
+            self.db.execute(
+                "UPDATE batches SET duration_ms = ? WHERE batch = ?", (duration_ms, batch)
+            )

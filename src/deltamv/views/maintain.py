@@ -15,7 +15,9 @@ from pyspark.sql.pandas.types import to_arrow_schema
 from deltamv.config import JobConfig
 
 
-def register_tables(spark: SparkSession, config: JobConfig, mirrors: Mapping[str, DataFrame]) -> None:
+def register_tables(
+    spark: SparkSession, config: JobConfig, mirrors: Mapping[str, DataFrame]
+) -> None:
     """Expose each mirror, without its ``_key``, as a temp view named after its table."""
     for name, table in config.tables.items():
         mirrors[name].select(*[f"`{c}`" for c in table.schema.names]).createOrReplaceTempView(name)

@@ -77,7 +77,11 @@ def stage_changes(
         replaced = [r[2] if r[1] == "PUT" else r[3] for r in rows]
         pk_source = [v if v is not None else "{}" for v in replaced]
         pks = values_to_arrow(pk_source, _nullable(table.schema)).select(list(table.primary_key))
-        write(table, "removals", pa.Table.from_arrays([keys, *pks.columns], names=[KEY, *pks.column_names]))
+        write(
+            table,
+            "removals",
+            pa.Table.from_arrays([keys, *pks.columns], names=[KEY, *pks.column_names]),
+        )
         put_rows = [r for r in rows if r[1] == "PUT"]
         if put_rows:
             values = values_to_arrow([r[2] for r in put_rows], table.schema)
@@ -101,7 +105,9 @@ def _nullable(schema: TableSchema) -> TableSchema:
     return TableSchema(tuple(dataclasses.replace(c, nullable=True) for c in schema.columns))
 
 
-def _chunks_by_table(state: PipelineState, batch: int) -> Iterator[tuple[str, list[tuple[str, str, str | None, str | None]]]]:
+def _chunks_by_table(
+    state: PipelineState, batch: int
+) -> Iterator[tuple[str, list[tuple[str, str, str | None, str | None]]]]:
     current: str | None = None
     rows: list[tuple[str, str, str | None, str | None]] = []
     for tbl, key, op, value, old_value, _ in state.released_rows(batch):

@@ -39,7 +39,9 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
         except PySparkException as exc:
             raise ConfigError(f"views.{name}.sql", _first_line(exc), source=config.source) from None
         if not views[name].schema.fields:
-            raise ConfigError(f"views.{name}.sql", "the query returns no columns", source=config.source)
+            raise ConfigError(
+                f"views.{name}.sql", "the query returns no columns", source=config.source
+            )
     for name, inv in config.invariants.items():
         key = f"invariants.{name}.{inv.kind}"
         views[inv.view].createOrReplaceTempView(inv.view)
@@ -47,7 +49,13 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
             schema = spark.sql(inv.sql).schema
         except PySparkException as exc:
             raise ConfigError(key, _first_line(exc), source=config.source) from None
-        if inv.kind == "always" and (len(schema.fields) != 1 or not isinstance(schema.fields[0].dataType, BooleanType)):
-            raise ConfigError(key, "an 'always' invariant must return exactly one BOOLEAN column", source=config.source)
+        if inv.kind == "always" and (
+            len(schema.fields) != 1 or not isinstance(schema.fields[0].dataType, BooleanType)
+        ):
+            raise ConfigError(
+                key,
+                "an 'always' invariant must return exactly one BOOLEAN column",
+                source=config.source,
+            )
     for name in config.views:
         spark.catalog.dropTempView(name)
