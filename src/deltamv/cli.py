@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 
@@ -15,8 +16,15 @@ def _run(args: argparse.Namespace) -> int:
     from deltamv.job import run
 
     config = load_config(args.config)
+    # SIGTERM stops a continuous job like Ctrl-C: the current batch finishes or is
+    # replayed on restart, never half-committed.
+    signal.signal(signal.SIGTERM, _interrupt)
     run(config, once=args.once)
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _simulate(args: argparse.Namespace) -> int:
