@@ -1,0 +1,252 @@
+"""The ``check``, ``status`` and ``read`` subcommands: parse, call the library, print.
+
+``deltamv.cli`` registers them through :func:`register_commands`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from deltamv import tso
+from deltamv.errors import DeltaMVError
+
+__all__ = ["print_check_report", "print_status", "register_commands"]
+
+
+def register_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = sub.add_parser(
+        "check", help="check every version of every view: invariants, watermarks, truth"
+    )
+    check.add_argument("config", help="the job's TOML config")
+    check.add_argument(
+        "--truth", metavar="DIR", help="a simulator run (or its truth/) to compare with"
+    )
+    check.add_argument(
+        "--view", action="append", metavar="NAME", help="only this view (repeatable)"
+    )
+    check.set_defaults(func=_check)
+
+    status = sub.add_parser(
+        "status", help="freshness of each view and what holds the watermark back"
+    )
+    status.add_argument("config", help="the job's TOML config")
+    status.set_defaults(func=_status)
+
+    read = sub.add_parser("read", help="read views as of a watermark or time, consistently")
+    read.add_argument("config", help="the job's TOML config")
+    which = read.add_mutually_exclusive_group(required=True)
+    which.add_argument("--view", metavar="NAME", help="one view")
+    which.add_argument("--views", metavar="A,B", help="several views at one common watermark")
+    when = read.add_mutually_exclusive_group()
+    when.add_argument("--as-of-watermark", type=int, metavar="TS", help="a TSO watermark")
+    when.add_argument("--as-of-time", metavar="ISO", help="an ISO-8601 time (UTC if no zone)")
+    read.add_argument("--format", choices=["table", "csv", "parquet"], default="table")
+    read.add_argument(
+        "--out", metavar="PATH", help="output file (one view) or folder (several); stdout for csv"
+    )
+    read.add_argument("--limit", type=int, default=50, help="rows shown by --format table")
+    read.set_defaults(func=_read)
+
+
+# -- check ---------------------------------------------------------------------------------
+def _check(args: argparse.Namespace) -> int:
+    from deltamv.check.invariants import check_job
+    from deltamv.config import load_config
+    from deltamv.session import build_spark
+
+    config = load_config(args.config)
+    truth = None
+    if args.truth:
+        from deltamv.sim import Truth
+
+        truth = Truth.load(args.truth)
+    spark = build_spark(config)
+    report = check_job(spark, config, truth=truth, views=args.view)
+    print_check_report(report)
+    return 0 if report.ok else 1
+
+
+def print_check_report(report: Any, console: Console | None = None) -> None:
+    """The check's table: per view, versions, invariants held, the first violation."""
+    out = console or Console(width=max(120, Console().width))
+    title = "deltamv check" + (" (with ground truth)" if report.with_truth else "")
+    table = Table(title=title)
+    table.add_column("view")
+    table.add_column("versions", justify="right")
+    table.add_column("invariants held", justify="right")
+    if report.with_truth:
+        table.add_column("= truth", justify="right")
+    table.add_column("first violation")
+    for v in report.views:
+        first = v.violations[0] if v.violations else None
+        where = (
+            f"{first.check} at version {first.version}, watermark {first.watermark}: {first.detail}"
+            if first is not None
+            else "none"
+        )
+        row = [v.view, str(v.versions), f"{v.invariants_held}/{len(v.invariants)}"]
+        if report.with_truth:
+            row.append(
+                f"{v.truth_checked - len([x for x in v.violations if x.check == 'truth'])}/{v.truth_checked}"
+            )
+        row.append(f"[red]{where}[/red]" if first is not None else "[green]none[/green]")
+        table.add_row(*row)
+    out.print(table)
+    if report.ok:
+        out.print("[green]OK[/green]: every version of every view is consistent")
+    else:
+        out.print(f"[red]FAILED[/red]: {len(report.violations)} violation(s)")
+        for violation in report.violations[:10]:
+            out.print(f"  {violation}", markup=False)
+
+
+# -- status --------------------------------------------------------------------------------
+def _status(args: argparse.Namespace) -> int:
+    from deltamv.check.status import job_status
+    from deltamv.config import load_config
+
+    print_status(job_status(load_config(args.config)))
+    return 0
+
+
+def print_status(status: Any, console: Console | None = None) -> None:
+    out = console or Console(width=max(120, Console().width))
+    now = status.now_ms
+    table = Table(title=f"deltamv status: job {status.job}")
+    for col in ("view", "version", "watermark", "watermark time (UTC)", "lag now", "versions"):
+        table.add_column(
+            col, justify="right" if col in ("version", "versions", "lag now") else "left"
+        )
+    for v in status.views:
+        if v.latest_version is None:
+            table.add_row(v.view, "-", "-", "no table yet", "-", "0")
+            continue
+        table.add_row(
+            v.view, str(v.latest_version), str(v.watermark) if v.watermark is not None else "-",
+            _when(v.watermark), _ms(v.lag_ms(now)), str(v.versions),
+        )  # fmt: skip
+    out.print(table)
+    if not status.state_found:
+        out.print(f"no job state at {status.checkpoint}: the job has not run yet")
+        return
+    running = f"running (pid {status.running_pid})" if status.running_pid else "not running"
+    out.print(f"job: {running}; {status.batches} batch(es), last batch {status.last_batch}")
+    if status.job_watermark is not None:
+        out.print(
+            f"global watermark: {status.job_watermark} ({_when(status.job_watermark)}), "
+            f"lag now {_ms(tso.lag_ms(status.job_watermark, now))}"
+        )
+    if status.last_duration_ms is not None:
+        out.print(f"last batch took {_ms(status.last_duration_ms)}")
+    b = status.blocker
+    if b is not None:
+        out.print(f"held back by: {b.describe()}", markup=False)
+        out.print(f"  its resolved ts: {b.ts} ({_when(b.ts)})")
+        if b.resolved_since_ms is not None:
+            out.print(
+                f"  unchanged since {_clock(b.resolved_since_ms)} "
+                f"({_ms(now - b.resolved_since_ms)} ago)"
+            )
+        if b.watermark_since_ms is not None:
+            out.print(
+                f"  global watermark unchanged since {_clock(b.watermark_since_ms)} "
+                f"({_ms(now - b.watermark_since_ms)} ago)"
+            )
+
+
+# -- read ----------------------------------------------------------------------------------
+def _read(args: argparse.Namespace) -> int:
+    from deltamv.config import load_config
+    from deltamv.reader import pick
+
+    config = load_config(args.config)
+    names = [args.view] if args.view else [n.strip() for n in args.views.split(",") if n.strip()]
+    snap = pick(config, names, as_of_watermark=args.as_of_watermark, as_of_time=args.as_of_time)
+    tables = snap.arrow_tables()
+    console = Console(stderr=args.format != "table", width=max(120, Console().width))
+    versions = ", ".join(f"{n} v{snap.versions[n].version}" for n in names)
+    console.print(f"watermark {snap.watermark} ({_when(snap.watermark)}): {versions}")
+    if args.format == "table":
+        for name in names:
+            _print_rows(console, name, tables[name], args.limit)
+        return 0
+    if args.out is None and args.format == "parquet":
+        raise DeltaMVError("--format parquet needs --out PATH")
+    for name in names:
+        target = _target(args.out, name, args.format, several=len(names) > 1)
+        _write(tables[name], target, args.format)
+        if target is not None:
+            console.print(f"{name}: {tables[name].num_rows} row(s) -> {target}")
+    return 0
+
+
+def _target(out: str | None, view: str, fmt: str, *, several: bool) -> Path | None:
+    if out is None:
+        return None
+    if several:
+        os.makedirs(out, exist_ok=True)
+        return Path(out) / f"{view}.{fmt}"
+    return Path(out)
+
+
+def _write(table: pa.Table, target: Path | None, fmt: str) -> None:
+    import sys
+
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        assert target is not None
+        pq.write_table(table, target)
+        return
+    import pyarrow.csv as pacsv
+
+    if target is None:
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(table, sink)
+        sys.stdout.write(sink.getvalue().to_pybytes().decode("utf-8"))
+        return
+    pacsv.write_csv(table, target)
+
+
+def _print_rows(console: Console, name: str, table: pa.Table, limit: int) -> None:
+    shown = Table(title=f"{name} ({table.num_rows} row(s))")
+    for col in table.column_names:
+        shown.add_column(col)
+    for row in table.slice(0, limit).to_pylist():
+        shown.add_row(*("NULL" if v is None else str(v) for v in row.values()))
+    console.print(shown)
+    if table.num_rows > limit:
+        console.print(f"... {table.num_rows - limit} more row(s) (--limit)")
+
+
+# -- formatting ----------------------------------------------------------------------------
+def _when(ts: int | None) -> str:
+    if ts is None:
+        return "-"
+    if ts == 0:
+        return "start"
+    return tso.to_datetime(ts).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _clock(ms: int) -> str:
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    if abs(ms) < 10_000:
+        return f"{ms} ms"
+    if abs(ms) < 3_600_000:
+        return f"{ms / 1000:.1f} s"
+    if abs(ms) < 172_800_000:
+        return f"{ms / 3_600_000:.1f} h"
+    return f"{ms / 86_400_000:.0f} d"
