@@ -21,20 +21,25 @@ from deltamv.schema import TableSchema
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _INTERVAL = re.compile(
-    r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?)\s*$", re.I
+    r"^\s*(\d+(?:\.\d+)?)\s*(ms|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$",
+    re.I,
 )
 
 InvariantKind = Literal["constant", "always"]
 
 
 def parse_interval(text: str) -> float:
-    """Seconds in ``"2 seconds"``, ``"500 ms"``, ``"1 minute"``."""
+    """Seconds in ``"2 seconds"``, ``"500 ms"``, ``"1 minute"``, ``"6 hours"``, ``"7 days"``."""
     match = _INTERVAL.match(text)
     if not match:
         raise ValueError(f"{text!r} is not an interval like '2 seconds', '500 ms' or '1 minute'")
     amount, unit = float(match[1]), match[2].lower()
     if unit.startswith("ms") or unit.startswith("milli"):
         return amount / 1000
+    if unit.startswith("h"):
+        return amount * 3600
+    if unit.startswith("d"):
+        return amount * 86400
     if unit.startswith("m"):
         return amount * 60
     return amount
@@ -78,6 +83,28 @@ class InvariantConfig:
 
 
 @dataclass(frozen=True)
+class MaintenanceConfig:
+    """Housekeeping of the Delta tables a job writes (``[maintenance]``, see docs/guarantees.md).
+
+    ``checkpoint_interval``: write a Delta log checkpoint every this many versions of a
+    table (0: never). ``vacuum_retention``: seconds a removed data file is kept, so every
+    version current within that window stays readable (None: never vacuum the views and
+    published tables). ``vacuum_interval``: seconds between vacuum passes. The job's
+    internal mirror tables keep only their latest version's files.
+    """
+
+    checkpoint_interval: int = 20
+    vacuum_retention: float | None = 7 * 86400
+    vacuum_interval: float = 3600
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_interval < 0:
+            raise ConfigError("maintenance.checkpoint_interval", "must be 0 or more")
+        if self.vacuum_retention is not None and self.vacuum_retention < 0:
+            raise ConfigError("maintenance.vacuum_retention", "must not be negative")
+
+
+@dataclass(frozen=True)
 class SparkConfig:
     master: str | None = None
     conf: Mapping[str, str] = field(default_factory=dict)
@@ -95,6 +122,7 @@ class JobConfig:
     max_segments_per_batch: int = 1000
     invariants: Mapping[str, InvariantConfig] = field(default_factory=dict)
     spark: SparkConfig = field(default_factory=SparkConfig)
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     source: str = "<config>"
 
     def __post_init__(self) -> None:
@@ -107,11 +135,15 @@ class JobConfig:
         for key, path in owners:
             norm = os.path.normpath(path)
             if norm in seen:
-                raise ConfigError(key, f"path {path!r} is also used by {seen[norm]}", source=self.source)
+                raise ConfigError(
+                    key, f"path {path!r} is also used by {seen[norm]}", source=self.source
+                )
             seen[norm] = key
             inside = os.path.normpath(self.checkpoint)
             if norm == inside or norm.startswith(inside + os.sep):
-                raise ConfigError(key, f"path {path!r} lies inside job.checkpoint", source=self.source)
+                raise ConfigError(
+                    key, f"path {path!r} lies inside job.checkpoint", source=self.source
+                )
         for inv in self.invariants.values():
             if inv.view not in self.views:
                 raise ConfigError(
@@ -137,7 +169,19 @@ _TABLE_KEYS = {"schema": True, "primary_key": True, "path": False}
 _VIEW_KEYS = {"sql": True, "path": True}
 _INVARIANT_KEYS = {"view": True, "constant": False, "always": False}
 _SPARK_KEYS = {"master": False, "conf": False}
-_TOP_KEYS = {"job": True, "tables": True, "views": True, "invariants": False, "spark": False}
+_MAINTENANCE_KEYS = {
+    "checkpoint_interval": False,
+    "vacuum_retention": False,
+    "vacuum_interval": False,
+}
+_TOP_KEYS = {
+    "job": True,
+    "tables": True,
+    "views": True,
+    "invariants": False,
+    "spark": False,
+    "maintenance": False,
+}
 
 
 def load_config(path: str | os.PathLike[str]) -> JobConfig:
@@ -217,7 +261,10 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: str = "<conf
             raise err(f"{prefix}.primary_key", "must be a non-empty list of column names")
         try:
             tables[tname] = TableConfig(
-                tname, schema, tuple(pk), resolve(t["path"], f"{prefix}.path") if "path" in t else None
+                tname,
+                schema,
+                tuple(pk),
+                resolve(t["path"], f"{prefix}.path") if "path" in t else None,
             )
         except ConfigError as exc:
             raise err(exc.key, exc.reason) from None
@@ -263,6 +310,30 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: str = "<conf
             {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
         )
 
+    maintenance = MaintenanceConfig()
+    if "maintenance" in top:
+        m = keys(top["maintenance"], "maintenance", _MAINTENANCE_KEYS)
+
+        def duration(key: str, default: float) -> float:
+            if key not in m:
+                return default
+            try:
+                return parse_interval(string(m[key], f"maintenance.{key}"))
+            except ValueError as exc:
+                raise err(f"maintenance.{key}", str(exc)) from None
+
+        every = m.get("checkpoint_interval", maintenance.checkpoint_interval)
+        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+            raise err("maintenance.checkpoint_interval", f"must be 0 or more, got {every!r}")
+        retention: float | None = maintenance.vacuum_retention
+        if m.get("vacuum_retention") == "off":
+            retention = None
+        elif "vacuum_retention" in m:
+            retention = duration("vacuum_retention", 0)
+        maintenance = MaintenanceConfig(
+            every, retention, duration("vacuum_interval", maintenance.vacuum_interval)
+        )
+
     return JobConfig(
         name=name,
         changelog=resolve(job["changelog"], "job.changelog"),
@@ -274,5 +345,6 @@ def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: str = "<conf
         views=views,
         invariants=invariants,
         spark=spark,
+        maintenance=maintenance,
         source=source,
     )

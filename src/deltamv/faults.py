@@ -2,9 +2,8 @@
 
 ``DELTAMV_CRASH_AT=<point>[:<n>]`` makes the process SIGKILL itself the n-th time
 (default 1st) it passes ``point``. Unset, :func:`point` costs one dict lookup. Points
-are placed where a crash is most likely to break exactly-once: between the state
-commit and the Delta commits, between two tables' commits, before the batch is
-finished. Tests use it; users never need it.
+are placed where a crash is most likely to break exactly-once (:data:`POINTS`, in the
+order a batch passes them). Tests use it (``tests/faults``); users never need it.
 """
 
 from __future__ import annotations
@@ -12,10 +11,24 @@ from __future__ import annotations
 import os
 import signal
 
+__all__ = ["POINTS", "point"]
+
+POINTS: tuple[str, ...] = (
+    "after-stage",  # the batch's events are staged as Parquet, nothing ingested
+    "after-ingest",  # the state holds the batch and its released rows; no Delta commit
+    "before-commit",  # a table's data files are written, its Delta commit is not
+    "after-commit",  # a table is committed, the state does not know yet (also: between
+    #                  two views' commits, between a mirror and the views)
+    "before-finish",  # every table is committed, the batch is not finished in the state
+    "after-finish",  # the state finished the batch; Spark has not written its commit log
+    "before-maintenance",  # a batch is done; checkpoints and vacuum have not run
+)
+
 _counts: dict[str, int] = {}
 
 
 def point(name: str) -> None:
+    """SIGKILL this process here if ``DELTAMV_CRASH_AT`` names ``name`` (see module doc)."""
     spec = os.environ.get("DELTAMV_CRASH_AT")
     if not spec:
         return
