@@ -28,6 +28,7 @@ import logging
 import os
 import shutil
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +42,11 @@ from deltamv import delta, faults, tso
 from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_tables
 from deltamv.changelog.source import SOURCE_NAME, bad_record_from_exception
 from deltamv.config import JobConfig
+from deltamv.delta.housekeeping import recent_commits
 from deltamv.errors import CommitConflictError, ConfigError, DeltaMVError, StateError
+from deltamv.maintenance import Maintenance
 from deltamv.pipeline.ingest import ingest
+from deltamv.pipeline.ledger import SegmentLedger
 from deltamv.pipeline.state import PipelineState
 from deltamv.views.maintain import arrow_schema, outputs, register_tables
 from deltamv.views.mirror import KEY, mirror_schema, stage_changes, updated_mirror
@@ -52,6 +56,7 @@ log = logging.getLogger("deltamv.job")
 
 WATERMARK_KEY = "deltamv.watermark"
 JOB_KEY = "deltamv.job"
+CHECKPOINT_KEY = "deltamv.checkpoint"  # which checkpoint (job instance) committed a version
 
 
 @dataclass(frozen=True)
@@ -75,6 +80,9 @@ class ViewJob:
         self.reports: list[BatchReport] = []
         self._error: BaseException | None = None
         self.state: PipelineState | None = None
+        self.ledger: SegmentLedger | None = None
+        self._checkpoint_id = ""
+        self.maintenance = Maintenance(config.maintenance, self._housekept_tables())
 
     # -- public ----------------------------------------------------------------------------
     def run(self, *, once: bool) -> list[BatchReport]:
@@ -88,8 +96,14 @@ class ViewJob:
         self._check_owners()
         start_ts = read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
         with self._lock():
-            self.state = PipelineState(self.checkpoint / "state.db", job=self.config.name, start_ts=start_ts)
+            self.state = PipelineState(
+                self.checkpoint / "state.db", job=self.config.name, start_ts=start_ts
+            )
             try:
+                self._checkpoint_id = self._identify_checkpoint()
+                self._check_tables()
+                self.ledger = SegmentLedger(self.state)
+                self.ledger.verify_all()
                 if self.config.snapshot:
                     self._bootstrap_snapshot(start_ts)
                 self._stream(once=once)
@@ -105,7 +119,87 @@ class ViewJob:
             exists = delta.table_version(path) is not None
             if exists and owner != self.config.name:
                 who = f"job {owner!r}" if owner else "something other than deltamv"
-                raise ConfigError(key, f"{path} holds a Delta table written by {who}", source=self.config.source)
+                raise ConfigError(
+                    key, f"{path} holds a Delta table written by {who}", source=self.config.source
+                )
+
+    def _check_tables(self) -> None:
+        """Refuse tables this checkpoint did not write last (a second job, a foreign writer).
+
+        Each existing table must be at the version the state recorded, or one version
+        past it if that commit is this job's own (a crash after the commit, before the
+        state heard of it). Checked before anything is read, so nothing is touched.
+        """
+        assert self.state is not None
+        targets = {f"mirror:{n}": self._mirror_path(n) for n in self.config.tables}
+        targets.update({t: p for t, (p, _) in self._outputs_by_target().items()})
+        progress = self.state.progress()
+        bootstrapping = self.config.snapshot is not None and self.state.get("bootstrapped") != "1"
+        pending = 0 if bootstrapping else progress.applied_batch + 2  # app version in flight
+        for target, path in targets.items():
+            current = delta.table_version(path)
+            recorded = self.state.committed_version(target)
+            if current is None:
+                if recorded is not None:
+                    raise CommitConflictError(
+                        f"table {path} is gone but job {self.config.name!r} committed its"
+                        f" version {recorded}: another process deleted it"
+                    )
+                continue
+            if recorded is not None and current < recorded:
+                raise CommitConflictError(
+                    f"table {path} is at version {current} but job {self.config.name!r}"
+                    f" committed version {recorded}: it was replaced or restored by another writer"
+                )
+            base = -1 if recorded is None else recorded
+            for info in recent_commits(path, base):
+                version = int(str(info.get("version", -1)))
+                ours = (
+                    version == base + 1
+                    and info.get(JOB_KEY) == self.config.name
+                    and info.get(CHECKPOINT_KEY, self._checkpoint_id) == self._checkpoint_id
+                    and str(info.get("deltamv.batch")) == str(pending)
+                )
+                if ours:
+                    continue
+                if recorded is None:
+                    raise CommitConflictError(
+                        f"table {path} holds versions that this job's checkpoint"
+                        f" {self.checkpoint} did not write (another job named"
+                        f" {self.config.name!r}, or a new checkpoint): give each job its own"
+                        " table paths"
+                    )
+                raise CommitConflictError(
+                    f"table {path} version {version} was committed by another writer"
+                    f" ({info.get('operation', 'unknown operation')}, job {info.get(JOB_KEY)!r})"
+                    f" after job {self.config.name!r} committed version {recorded}: deltamv"
+                    " stops rather than overwrite it"
+                )
+
+    def _identify_checkpoint(self) -> str:
+        """A random id for this checkpoint, carried by every commit (``deltamv.checkpoint``)."""
+        assert self.state is not None
+        found = self.state.get("checkpoint_id")
+        if found is None:
+            found = uuid.uuid4().hex
+            with self.state.transaction():
+                self.state.put("checkpoint_id", found)
+        return found
+
+    def _outputs_by_target(self) -> dict[str, tuple[str, str]]:
+        """Target name (as the state records commits) -> (path, config key)."""
+        found: dict[str, tuple[str, str]] = {}
+        for n, v in self.config.views.items():
+            found[f"view:{n}"] = (v.path, f"views.{n}.path")
+        for n, t in self.config.tables.items():
+            if t.path:
+                found[f"table:{n}"] = (t.path, f"tables.{n}.path")
+        return found
+
+    def _housekept_tables(self) -> dict[str, tuple[str, bool]]:
+        tables = {f"mirror:{n}": (self._mirror_path(n), True) for n in self.config.tables}
+        tables.update({t: (p, False) for t, (p, _) in self._outputs_by_target().items()})
+        return tables
 
     def _output_paths(self) -> dict[str, str]:
         paths = {f"views.{n}.path": v.path for n, v in self.config.views.items()}
@@ -147,7 +241,9 @@ class ViewJob:
         for name, table in self.config.tables.items():
             df = frames[name]
             if KEY not in df.columns:
-                df = df.selectExpr(f"CAST(NULL AS STRING) AS {KEY}", *[f"`{c}`" for c in table.schema.names])
+                df = df.selectExpr(
+                    f"CAST(NULL AS STRING) AS {KEY}", *[f"`{c}`" for c in table.schema.names]
+                )
             path = self._mirror_path(name)
             self._commit(f"mirror:{name}", path, df, mirror_schema(table), batch=-1, watermark=ts)
             mirrors[name] = delta.read_spark(self.spark, path)
@@ -172,7 +268,9 @@ class ViewJob:
         if once:
             writer = writer.trigger(availableNow=True)
         else:
-            writer = writer.trigger(processingTime=f"{int(self.config.trigger_interval * 1000)} milliseconds")
+            writer = writer.trigger(
+                processingTime=f"{int(self.config.trigger_interval * 1000)} milliseconds"
+            )
         query = writer.queryName(f"deltamv-{self.config.name}").start()
         try:
             query.awaitTermination()
@@ -217,13 +315,20 @@ class ViewJob:
             return BatchReport(batch_id, 0, 0, progress.watermark, False, 0)  # done before a crash
         if batch_id > progress.batch:
             staged = self._stage_events(df, batch_id)
+            faults.point("after-stage")
+            assert self.ledger is not None
+            self.ledger.record(batch_id, _segments_read(staged))
             result = ingest(state, batch_id, _read_events(staged))
             faults.point("after-ingest")
             events = result.events
             shutil.rmtree(staged, ignore_errors=True)
         progress = state.progress()
         watermark = progress.watermark
-        floor = progress.committed_watermark if progress.committed_watermark is not None else state.start_ts
+        floor = (
+            progress.committed_watermark
+            if progress.committed_watermark is not None
+            else state.start_ts
+        )
         released = state.released_count(batch_id)
         committed = False
         if watermark > floor:
@@ -232,6 +337,10 @@ class ViewJob:
         duration = int((time.monotonic() - started) * 1000)
         faults.point("before-finish")
         state.finish_batch(batch_id, watermark if committed else None, duration)
+        faults.point("after-finish")
+        if self.ledger is not None:
+            self.ledger.verify_some()
+        self.maintenance.after_batch()
         report = BatchReport(batch_id, events, released, watermark, committed, duration)
         self.reports.append(report)
         log.info(
@@ -260,7 +369,14 @@ class ViewJob:
             if name in changes:
                 previous = self._read_mirror(name)
                 new = updated_mirror(self.spark, table, previous, changes[name])
-                self._commit(f"mirror:{name}", path, new, mirror_schema(table), batch=batch_id, watermark=watermark)
+                self._commit(
+                    f"mirror:{name}",
+                    path,
+                    new,
+                    mirror_schema(table),
+                    batch=batch_id,
+                    watermark=watermark,
+                )
             mirrors[name] = self._read_mirror(name)
         self._publish(mirrors, batch=batch_id, watermark=watermark)
         shutil.rmtree(self.checkpoint / "staging" / f"released-{batch_id}", ignore_errors=True)
@@ -289,18 +405,28 @@ class ViewJob:
         if done is not None and done >= version:  # committed before a crash: keep it
             current = delta.table_version(path)
             assert current is not None
+            recorded = self.state.committed_version(target)
+            if recorded is not None and current not in (recorded, recorded + 1):
+                raise CommitConflictError(
+                    f"table {path} is at version {current} but job {self.config.name!r} last"
+                    f" committed version {recorded}: another writer committed to it"
+                )
             self.state.record_commit(target, current, batch)
             return
-        files = delta.write_dataframe(df, path, schema=schema, prefix=f"b{version:08d}")  # type: ignore[arg-type]
+        files = delta.write_dataframe(df, path, schema=schema, prefix=f"b{version:08d}")
         faults.point("before-commit")
         result = delta.commit(
             path,
-            schema=schema,  # type: ignore[arg-type]
+            schema=schema,
             add=files,
             replace=True,
             app_id=self.app_id,
             batch_id=version,
-            metadata={WATERMARK_KEY: str(watermark), JOB_KEY: self.config.name},
+            metadata={
+                WATERMARK_KEY: str(watermark),
+                JOB_KEY: self.config.name,
+                CHECKPOINT_KEY: self._checkpoint_id,
+            },
             expected_version=self.state.committed_version(target),
         )
         if result.skipped:
@@ -309,6 +435,21 @@ class ViewJob:
                     os.remove(os.path.join(path, f.path))
         faults.point("after-commit")
         self.state.record_commit(target, result.version, batch)
+
+
+def _segments_read(staged: Path) -> set[tuple[str, int, int]]:
+    """The ``(file, region, seq)`` of every segment the staged events came from."""
+    found: set[tuple[str, int, int]] = set()
+    for f in sorted(staged.glob("*.parquet")):
+        table = (
+            pq.read_table(f, columns=["file", "region", "seq"])
+            .group_by(["file", "region", "seq"])
+            .aggregate([])
+        )
+        found.update(
+            zip(*(table.column(c).to_pylist() for c in ("file", "region", "seq")), strict=True)
+        )
+    return found
 
 
 def _read_events(staged: Path) -> Iterator[object]:
