@@ -63,7 +63,9 @@ def write_config(tmp: Path) -> Path:
     return path
 
 
-def versions(tmp: Path, view: str, schema: pa.Schema, contents: list[tuple[int, list[Any]]]) -> None:
+def versions(
+    tmp: Path, view: str, schema: pa.Schema, contents: list[tuple[int, list[Any]]]
+) -> None:
     for watermark, rows in contents:
         commit_version(str(tmp / "views" / view), rows, schema, watermark=watermark)
 
@@ -71,7 +73,9 @@ def versions(tmp: Path, view: str, schema: pa.Schema, contents: list[tuple[int, 
 def consistent_tables(tmp: Path) -> None:
     versions(tmp, "total_balance", TOTALS, [(ts(1), [{"total": 1000, "accounts": 2}]),
                                             (ts(3), [{"total": 1000, "accounts": 2}])])  # fmt: skip
-    versions(tmp, "negative_accounts", NEGATIVE, [(ts(1), [{"negative": 0}]), (ts(3), [{"negative": 0}])])
+    versions(
+        tmp, "negative_accounts", NEGATIVE, [(ts(1), [{"negative": 0}]), (ts(3), [{"negative": 0}])]
+    )
     versions(tmp, "balances", ACCOUNTS, [(ts(1), [{"id": 1, "balance": 500}, {"id": 2, "balance": 500}]),
                                          (ts(3), [{"id": 1, "balance": 400}, {"id": 2, "balance": 600}])])  # fmt: skip
 
@@ -82,8 +86,10 @@ def bank_truth() -> Truth:
         return TruthRow("accounts", key, "PUT", {"id": i, "owner": f"o{i}", "balance": balance})
 
     return Truth(
-        [TruthTxn(ts(1) - 5, ts(1), (put(1, 500), put(2, 500))),
-         TruthTxn(ts(2), ts(3) - 1, (put(1, 400), put(2, 600)))],  # fmt: skip
+        [
+            TruthTxn(ts(1) - 5, ts(1), (put(1, 500), put(2, 500))),
+            TruthTxn(ts(2), ts(3) - 1, (put(1, 400), put(2, 600))),
+        ],  # fmt: skip
         {"accounts": ("id BIGINT, owner STRING, balance BIGINT", ("id",))},
     )
 
@@ -109,7 +115,12 @@ def test_an_inconsistent_table_is_caught_and_the_violation_named(
     versions(tmp_path, "total_balance", TOTALS, [(ts(4), [{"total": 900, "accounts": 2}]),
                                                  (ts(2), [{"total": 1000, "accounts": 2}])])  # fmt: skip
     versions(tmp_path, "negative_accounts", NEGATIVE, [(ts(4), [{"negative": 1}])])
-    versions(tmp_path, "balances", ACCOUNTS, [(ts(4), [{"id": 1, "balance": 400}, {"id": 2, "balance": 500}])])
+    versions(
+        tmp_path,
+        "balances",
+        ACCOUNTS,
+        [(ts(4), [{"id": 1, "balance": 400}, {"id": 2, "balance": 500}])],
+    )
     config_path = write_config(tmp_path)
     report = check_job(spark, load_config(config_path), truth=bank_truth())
     assert not report.ok
