@@ -47,3 +47,9 @@ bench: setup  ## quick benchmarks (FULL=1 for the full set); writes benchmarks/r
 
 clean:  ## remove the venv and generated output
 	rm -rf $(VENV) demo-out .pytest_cache
+
+kill-test: setup  ## kill the job 100+ times at random, restart, check every version (KILLS=n)
+	KILLS=$(or $(KILLS),100) $(PY) -m pytest -q -s -m long tests/faults/test_kill.py -k kill_many -p no:cacheprovider -o addopts='' --timeout=0
+
+soak: setup  ## live simulator + continuous job for SOAK_MINUTES (30); RSS plot in demo-out/soak
+	$(PY) -m tests.faults.soak --minutes $(or $(SOAK_MINUTES),30)

@@ -1,0 +1,156 @@
+"""Bad input (issue 5): each bad record stops the job with one line naming file:line (or
+the file) and the reason, commits nothing of its batch, and once the input is repaired
+the job resumes and stays consistent. Parsing details are tested in tests/changelog; here
+the whole job runs, through the command line. Three cases run by default (about 30 s
+each); the rest are marked slow (``make test-slow``)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from .conftest import (
+    GOOD_1_2,
+    GOOD_2_2,
+    commit,
+    lines,
+    put,
+    resolved,
+    rich_ids,
+    run_cli,
+    segment,
+    totals,
+    view_state,
+)
+
+FIRST = {"total_balance": [115], "rich": [115]}
+AFTER = {"total_balance": [115, 140], "rich": [115, 140]}
+
+GOOD = json.dumps(resolved(2, 140))
+BAD_SEGMENTS = [
+    pytest.param(GOOD_2_2 + "{not json\n", 4, "JSON", id="not-json"),
+    pytest.param(
+        GOOD_2_2 + '{"region": 2, "type": "RESOLV',
+        4,
+        "",
+        marks=pytest.mark.slow,
+        id="truncated-last-line",
+    ),
+    pytest.param(
+        lines([put(2, 130, 7, 150), {**commit(2, 130, 131, 7), "commit_ts": None}]),
+        2,
+        "commit_ts",
+        marks=pytest.mark.slow,
+        id="missing-field",
+    ),
+    pytest.param(
+        GOOD_2_2 + lines([{"region": 2, "type": "CHECKPOINT"}]),
+        4,
+        "CHECKPOINT",
+        marks=pytest.mark.slow,
+        id="unknown-type",
+    ),
+    pytest.param(
+        lines([{**put(2, 130, 7, 150), "op": "UPSERT"}]),
+        1,
+        "UPSERT",
+        marks=pytest.mark.slow,
+        id="unknown-op",
+    ),
+    pytest.param(
+        lines([put(2, 130, 7, "a lot")]),
+        1,
+        "balance",
+        marks=pytest.mark.slow,
+        id="value-does-not-fit-schema",
+    ),
+    pytest.param(
+        lines([commit(2, 130, 131, 7), resolved(2, 140)]),
+        1,
+        "PREWRITE",
+        id="commit-without-prewrite",
+    ),
+    pytest.param(
+        lines([resolved(2, 140), resolved(2, 139)]),
+        2,
+        "backwards",
+        marks=pytest.mark.slow,
+        id="resolved-going-backwards",
+    ),
+]
+
+
+def assert_resumes(spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, error = run_cli(bank, capsys)
+    assert (code, error) == (0, None)
+    assert view_state(bank) == AFTER
+    assert totals(bank) == (300, 3)
+    assert rich_ids(bank) == [2, 7]
+
+
+@pytest.mark.parametrize(("text", "line", "reason"), BAD_SEGMENTS)
+def test_bad_record_stops_commits_nothing_and_resumes_once_repaired(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str], text: str, line: int, reason: str
+) -> None:
+    assert run_cli(bank, capsys) == (0, None)
+    segment(bank, 1, 2, GOOD_1_2)  # read in the same batch as the bad one: not committed either
+    bad = segment(bank, 2, 2, text)
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error is not None and f"{bad}:{line}: " in error and reason in error, error
+    assert view_state(bank) == FIRST
+    segment(bank, 2, 2, GOOD_2_2)  # repaired
+    assert_resumes(spark, bank, capsys)
+
+
+@pytest.mark.slow
+def test_parquet_segment_with_the_wrong_schema(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(bank, capsys) == (0, None)
+    segment(bank, 1, 2, GOOD_1_2)
+    bad = bank / "changelog" / "region-2" / "000002.parquet"
+    pq.write_table(pa.table({"region": [2], "kind": ["RESOLVED"], "ts": [140]}), bad)
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error is not None and f"{bad}: " in error and "'type'" in error, error
+    assert view_state(bank) == FIRST
+    bad.unlink()  # repaired: the upstream rewrites the segment as JSONL
+    segment(bank, 2, 2, GOOD_2_2)
+    assert_resumes(spark, bank, capsys)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "rewritten",
+        pytest.param("deleted", marks=pytest.mark.slow),
+        pytest.param("rewritten-same-size", marks=pytest.mark.slow),
+    ],
+)
+def test_segment_deleted_or_rewritten_after_it_was_read(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    assert run_cli(bank, capsys) == (0, None)
+    target = bank / "changelog" / "region-2" / "000001.jsonl"
+    original = target.read_text()
+    if damage == "deleted":
+        target.unlink()
+    elif damage == "rewritten":
+        target.write_text(original.replace('"balance": 100', '"balance": 1000'))
+    else:
+        target.write_text(original.replace('"balance": 100', '"balance": 900'))
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error is not None and f"{target}: " in error, error
+    assert ("deleted" if damage == "deleted" else "rewritten") in error
+    assert view_state(bank) == FIRST
+    target.write_text(original)  # restored: a new file with the old bytes passes
+    assert_resumes(spark, bank, capsys)

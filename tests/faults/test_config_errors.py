@@ -1,0 +1,104 @@
+"""Config errors (issue 5): each stops ``deltamv run`` before it reads or writes anything,
+with a non-zero exit and one line naming the key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from .conftest import CONFIG, run_cli
+
+VIEW_SQL = "SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts"
+
+CASES = [
+    pytest.param(
+        CONFIG.replace('name = "bank"', 'name = "bank"\nparallelism = 4'),
+        "job.parallelism",
+        "unknown key",
+        id="unknown-key",
+    ),
+    pytest.param(
+        CONFIG.replace('checkpoint = "state/_checkpoint"\n', ""),
+        "job.checkpoint",
+        "missing required key",
+        id="missing-key",
+    ),
+    pytest.param(
+        CONFIG.replace("balance BIGINT", "balance BIGNUM"),
+        "tables.accounts.schema",
+        "BIGNUM",
+        id="bad-ddl",
+    ),
+    pytest.param(
+        CONFIG.replace(VIEW_SQL, "SELECT COUNT(*) AS n FROM acounts"),
+        "views.total_balance.sql",
+        "acounts",
+        id="unknown-table",
+    ),
+    pytest.param(
+        CONFIG.replace(VIEW_SQL, "SELECT SUM(balanse) AS total FROM accounts"),
+        "views.total_balance.sql",
+        "balanse",
+        id="unknown-column",
+    ),
+    pytest.param(
+        CONFIG.replace('path = "out/views/rich"', 'path = "out/views/total_balance"'),
+        "views.rich.path",
+        "also used by views.total_balance.path",
+        id="two-views-one-path",
+    ),
+    pytest.param(
+        CONFIG.replace("[maintenance]", "") + '\n[maintenance]\nvacuum_retention = "a week"\n',
+        "maintenance.vacuum_retention",
+        "a week",
+        id="bad-maintenance-value",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "key", "reason"), CASES)
+def test_config_error_names_the_key_before_anything_is_read(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, key: str,
+    reason: str,
+) -> None:  # fmt: skip
+    (tmp_path / "config.toml").write_text(text)
+    code, error = run_cli(tmp_path, capsys)
+    assert code == 1
+    assert error is not None and f"{key}: " in error and reason in error, error
+    assert not (tmp_path / "state").exists()
+    assert not (tmp_path / "out").exists()
+
+
+def test_view_path_holding_a_table_someone_else_wrote(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.toml").write_text(CONFIG)
+    foreign = tmp_path / "out" / "views" / "rich"
+    write_deltalake(str(foreign), pa.table({"id": [1], "owner": ["x"]}))
+    code, error = run_cli(tmp_path, capsys)
+    assert code == 1
+    assert error is not None and "views.rich.path: " in error
+    assert "written by something other than deltamv" in error
+    assert not (tmp_path / "state").exists()
+    assert len(list((foreign / "_delta_log").glob("*.json"))) == 1  # untouched
+
+
+def test_config_errors_through_a_real_process(tmp_path: Path) -> None:
+    """The command line itself (no Spark is started for a config the loader rejects)."""
+    (tmp_path / "config.toml").write_text(CONFIG.replace("[views.rich]", "[viewz.rich]"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "deltamv.cli", "run", str(tmp_path / "config.toml"), "--once"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("deltamv: error: "), proc.stderr
+    assert "viewz: unknown key" in lines[0]

@@ -1,0 +1,101 @@
+"""Foreign writers (issue 5): another process committing to a view, and a second job with
+the same name. The job stops with a clear error and changes nothing."""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltamv import delta
+from deltamv.config import load_config
+from deltamv.errors import CommitConflictError
+from deltamv.job import ViewJob
+
+from .conftest import CONFIG, GOOD_1_2, GOOD_2_2, run_cli, segment, view_state
+
+FOREIGN_APPEND = """
+import sys, pyarrow.parquet as pq
+from deltalake import DeltaTable, write_deltalake
+table = DeltaTable(sys.argv[1])
+write_deltalake(sys.argv[1], pq.read_table(table.file_uris()[0]).slice(0, 1), mode="append")
+"""
+
+
+def foreign_commit(path: Path) -> None:
+    """Another process appends a row to the table (a plain delta-rs writer)."""
+    subprocess.run([sys.executable, "-c", FOREIGN_APPEND, str(path)], check=True, timeout=120)
+
+
+def test_foreign_commit_between_runs_is_refused_at_start(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(bank, capsys) == (0, None)
+    total = bank / "out" / "views" / "total_balance"
+    foreign_commit(total)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error is not None and f"table {total} version 1 was committed by another writer" in error
+    assert view_state(bank) == {"total_balance": [115, None], "rich": [115]}  # nothing added
+    code, again = run_cli(bank, capsys)  # still refused: the job never overwrites it
+    assert code == 1 and again == error
+
+
+def test_foreign_commit_during_a_batch_stops_at_the_next_commit(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = load_config(bank / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    rich = bank / "out" / "views" / "rich"
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+
+    from deltamv import faults
+
+    real = faults.point
+
+    def point(name: str) -> None:  # the other writer commits while the batch is ingested
+        if name == "after-ingest":
+            foreign_commit(rich)
+        real(name)
+
+    monkeypatch.setattr(faults, "point", point)
+    with pytest.raises(CommitConflictError) as info:
+        ViewJob(config, spark).run(once=True)
+    assert f"table {rich} is at version 1 but job bank last committed version 0" in str(info.value)
+    # total_balance is committed first, at the new consistent watermark; rich keeps its own
+    # version and the foreign one. Every deltamv version is still a consistent one.
+    assert view_state(bank) == {"total_balance": [115, 140], "rich": [115, None]}
+
+
+def test_second_job_with_the_same_name_refuses_to_run(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_cli(bank, capsys) == (0, None)
+    # Same name, same tables, its own checkpoint.
+    (bank / "config.toml").write_text(CONFIG.replace("state/_checkpoint", "state2/_checkpoint"))
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error is not None and "did not write (another job named 'bank'" in error, error
+    assert view_state(bank) == {"total_balance": [115], "rich": [115]}
+
+
+def test_second_job_on_the_same_checkpoint_refuses_to_run(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = bank / "state" / "_checkpoint"
+    checkpoint.mkdir(parents=True)
+    with open(checkpoint / "_lock", "a+") as held:  # the first job holds its lock
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error is not None and "job 'bank' is already running on checkpoint" in error
+    assert delta.table_version(str(bank / "out" / "views" / "rich")) is None
