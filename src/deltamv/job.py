@@ -26,6 +26,7 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import time
 import uuid
@@ -43,7 +44,13 @@ from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_tables
 from deltamv.changelog.source import SOURCE_NAME, bad_record_from_exception
 from deltamv.config import JobConfig
 from deltamv.delta.housekeeping import recent_commits
-from deltamv.errors import CommitConflictError, ConfigError, DeltaMVError, StateError
+from deltamv.errors import (
+    CommitConflictError,
+    ConfigError,
+    DeltaMVError,
+    StateError,
+    StorageError,
+)
 from deltamv.maintenance import Maintenance
 from deltamv.pipeline.ingest import ingest
 from deltamv.pipeline.ledger import SegmentLedger
@@ -288,6 +295,9 @@ class ViewJob:
         bad = bad_record_from_exception(exc)
         if bad is not None:
             return bad
+        storage = storage_error_from_exception(exc)
+        if storage is not None:
+            return storage
         return DeltaMVError(f"the streaming query failed: {str(exc).strip().splitlines()[0]}")
 
     def _on_batch(self, df: DataFrame, batch_id: int) -> None:
@@ -295,7 +305,8 @@ class ViewJob:
             self.process_batch(df, batch_id)
         except BaseException as exc:
             bad = bad_record_from_exception(exc) if not isinstance(exc, DeltaMVError) else None
-            self._error = bad or exc
+            storage = storage_error_from_exception(exc) if bad is None else None
+            self._error = bad or storage or exc
             raise
 
     def process_batch(self, df: DataFrame, batch_id: int) -> BatchReport:
@@ -435,6 +446,38 @@ class ViewJob:
                     os.remove(os.path.join(path, f.path))
         faults.point("after-commit")
         self.state.record_commit(target, result.version, batch)
+
+
+_STORAGE_FAULT = re.compile(
+    r"No space left on device|Input/output error|Disk quota exceeded|Read-only file system"
+    r"|database or disk is full|disk I/O error"
+)
+
+
+def storage_error_from_exception(exc: BaseException) -> StorageError | None:
+    """A one-line StorageError for a disk-full or I/O failure anywhere in ``exc``'s chain
+    (Spark forwards executor failures as text), or None when ``exc`` is no storage fault."""
+    if isinstance(exc, DeltaMVError):
+        return exc if isinstance(exc, StorageError) else None
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, StorageError):
+            return e
+        if isinstance(e, OSError) and e.strerror:
+            where = f" ({e.filename})" if e.filename else ""
+            return StorageError(f"storage failed{where}: {e.strerror}")
+        for line in str(e).splitlines():
+            match = _STORAGE_FAULT.search(line)
+            if match:
+                text = " ".join(line.split())
+                return StorageError(f"storage failed: {text[:300]}")
+        todo.extend([e.__cause__, e.__context__])
+    return None
 
 
 def _segments_read(staged: Path) -> set[tuple[str, int, int]]:
