@@ -89,7 +89,7 @@ def bank_truth() -> Truth:
         [
             TruthTxn(ts(1) - 5, ts(1), (put(1, 500), put(2, 500))),
             TruthTxn(ts(2), ts(3) - 1, (put(1, 400), put(2, 600))),
-        ],  # fmt: skip
+        ],
         {"accounts": ("id BIGINT, owner STRING, balance BIGINT", ("id",))},
     )
 
