@@ -8,8 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 from tests.delta.test_local_cluster import _remove_worker_dir
 
 SCRIPT = textwrap.dedent(
@@ -44,7 +42,6 @@ SCRIPT = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
 def test_oracle_with_executors_in_separate_processes(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
     env = dict(
