@@ -206,7 +206,7 @@ def _report(
 ) -> dict[str, Any]:  # fmt: skip
     rss = [s["rss_mb"] for s in samples if s["rss_mb"]]
     warm = [
-        s["rss_mb"] for s in samples if s["t"] >= min(120.0, args.minutes * 60 / 5) and s["rss_mb"]
+        s["rss_mb"] for s in samples if s["t"] >= min(300.0, args.minutes * 60 / 3) and s["rss_mb"]
     ]
     fifth = max(1, len(warm) // 5)
     early = statistics.median(warm[:fifth]) if warm else None
