@@ -30,7 +30,12 @@ def make_views(tmp: Path, watermarks: dict[str, list[int]]) -> dict[str, str]:
     for view, marks in watermarks.items():
         path = str(tmp / view)
         for w in marks:
-            commit_version(path, [{"total": (tso.physical_ms(w) - tso.physical_ms(T0)) // 1000}], SCHEMA, watermark=w)
+            commit_version(
+                path,
+                [{"total": (tso.physical_ms(w) - tso.physical_ms(T0)) // 1000}],
+                SCHEMA,
+                watermark=w,
+            )
         paths[view] = path
     return paths
 
