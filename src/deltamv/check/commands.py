@@ -217,7 +217,8 @@ def _write(table: pa.Table, target: Path | None, fmt: str) -> None:
 
 
 def _print_rows(console: Console, name: str, table: pa.Table, limit: int) -> None:
-    shown = Table(title=f"{name} ({table.num_rows} row(s))")
+    title = f"{name} ({table.num_rows} row(s))"
+    shown = Table(title=title, min_width=len(title) + 4)
     for col in table.column_names:
         shown.add_column(col)
     for row in table.slice(0, limit).to_pylist():
