@@ -50,6 +50,7 @@ def test_kill_many(spark: Any, tmp_path: Path) -> None:
         print(
             f"kills {h.kills}/{target}  round {h.sim.runs}  last {last.mode} -> {last.returncode}"
         )
+        OUT.mkdir(parents=True, exist_ok=True)  # demo-out/ may be cleaned meanwhile
         (OUT / "progress.json").write_text(json.dumps(h.summary(), indent=1))
 
     harness.run_until(target, progress=progress)
@@ -60,6 +61,7 @@ def test_kill_many(spark: Any, tmp_path: Path) -> None:
         "views": result.views,
         "final_watermark": result.final_watermark,
     }
+    OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
     assert harness.kills >= target
