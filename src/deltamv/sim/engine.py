@@ -483,6 +483,7 @@ class _Engine:
         # No region reports a resolved ts before the genesis transaction committed, so
         # every watermark above 0 sees the initial rows.
         self.store.resolving = True
+        self.store.resolve_floor = txn.commit_ts or 0
         self.store.resolve()
 
     def _run_due(self) -> None:

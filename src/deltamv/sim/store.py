@@ -108,6 +108,7 @@ class Store:
         self.txns: dict[int, Txn] = {}  # start_ts -> txn holding locks
         self.events = 0
         self.resolving = False
+        self.resolve_floor = 0  # the genesis commit ts, once known
         self._next_region = 1
         edges = ["", *boundaries, ""]
         for lo, hi in itertools.pairwise(edges):
@@ -264,7 +265,9 @@ class Store:
                     bound = min(bound, txn.min_commit_ts - 1)
                 else:
                     bound = min(bound, start_ts)
-            if bound > region.resolved:
+            # Never below the genesis commit: a straggling genesis secondary would
+            # otherwise let a region resolve at genesis's start ts, before the initial rows.
+            if bound > region.resolved and bound >= self.resolve_floor:
                 region.resolved = bound
                 self._emit(region, {"region": region.id, "type": "RESOLVED", "ts": bound})
 
