@@ -208,3 +208,17 @@ def test_any_interleaving_and_batching_gives_the_same_result(
     assert watermarks == sorted(watermarks)
     assert watermarks[-1] == 33
     assert final_state == FINAL
+
+
+def test_prewrite_after_rollback_in_the_same_batch_is_bad(state: PipelineState) -> None:
+    rows = [
+        init(1),
+        prewrite(1, 10, "a", {"v": 1}),
+        rollback(1, 10, "a"),
+        prewrite(1, 10, "b", {"v": 2}),
+    ]
+    for i, row in enumerate(rows, start=1):
+        row["line"] = i
+    with pytest.raises(BadRecordError, match="after its COMMIT or ROLLBACK") as info:
+        ingest(state, 0, [table(rows)])
+    assert info.value.line == 4

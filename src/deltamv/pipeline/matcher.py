@@ -30,6 +30,8 @@ _COLUMNS = (
     "file", "line", "region", "type", "start_ts", "commit_ts", "ts", "table", "key", "op",
     "value", "old_value", "start_key", "end_key", "parents",
 )  # fmt: skip
+_FILE, _LINE, _REGION, _TYPE, _START_TS = 0, 1, 2, 3, 4
+_TABLE, _KEY, _OP, _VALUE, _OLD_VALUE = 7, 8, 9, 10, 11
 
 
 class Matcher:
@@ -49,15 +51,58 @@ class Matcher:
         ):
             self._regions[row[0]] = list(row[1:])
         self._touched: set[int] = set()
+        self._prewrites: list[tuple[Any, ...]] = []
+        # (region, start_ts) -> finished (committed or rolled back) there; caches the
+        # lookup per transaction instead of per row.
+        self._finished: dict[tuple[int, int], bool] = {}
 
     def feed(self, batches: Iterable[pa.RecordBatch | pa.Table]) -> None:
         for batch in batches:
-            cols = {name: batch.column(name).to_pylist() for name in _COLUMNS}
-            for i in range(batch.num_rows):
-                self._event({name: cols[name][i] for name in _COLUMNS})
+            cols = [batch.column(name).to_pylist() for name in _COLUMNS]
+            for row in zip(*cols, strict=True):
+                if row[_TYPE] == ev.PREWRITE:
+                    self._prewrite_row(row)  # most events: no dict, inserts batched
+                else:
+                    self._flush_prewrites()
+                    self._event(dict(zip(_COLUMNS, row, strict=True)))
+        self._flush_prewrites()
+
+    def _prewrite_row(self, row: tuple[Any, ...]) -> None:
+        self.events += 1
+        region, start_ts = row[_REGION], row[_START_TS]
+        state = self._region(region)
+        if state[4]:
+            raise BadRecordError(
+                str(row[_FILE]), int(row[_LINE]), "PREWRITE event after the region's RETIRED"
+            )
+        if self._is_finished(region, start_ts):
+            raise BadRecordError(
+                str(row[_FILE]), int(row[_LINE]),
+                f"PREWRITE of transaction {start_ts} after its COMMIT or ROLLBACK in this region",
+            )  # fmt: skip
+        self._prewrites.append(
+            (region, start_ts, row[_KEY], row[_TABLE], row[_OP], row[_VALUE], row[_OLD_VALUE])
+        )
+
+    def _flush_prewrites(self) -> None:
+        if self._prewrites:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO pending (region, start_ts, key, tbl, op, value, old_value) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._prewrites,
+            )
+            self._prewrites.clear()
+
+    def _is_finished(self, region: int, start_ts: int) -> bool:
+        known = self._finished.get((region, start_ts))
+        if known is None:
+            known = self._done(region, start_ts)[0]
+            self._finished[(region, start_ts)] = known
+        return known
 
     def flush(self) -> None:
         """Write the in-memory region rows back (call before computing the watermark)."""
+        self._flush_prewrites()
         now_ms = int(time.time() * 1000)
         for region in self._touched:
             start_key, end_key, parents, resolved, retired = self._regions[region][:5]
@@ -88,9 +133,7 @@ class Matcher:
         state = self._region(region)
         if state[4]:
             self._bad(e, f"{kind} event after the region's RETIRED")
-        if kind == ev.PREWRITE:
-            self._prewrite(e, region)
-        elif kind == ev.COMMIT:
+        if kind == ev.COMMIT:
             self._commit(e, region)
         elif kind == ev.ROLLBACK:
             self._rollback(e, region)
@@ -124,6 +167,7 @@ class Matcher:
             # Unresolved locks of a retired region are re-emitted by its successors.
             self.db.execute("DELETE FROM pending WHERE region = ?", (region,))
             self.db.execute("DELETE FROM done WHERE region = ?", (region,))
+            self._finished = {k: v for k, v in self._finished.items() if k[0] != region}
         else:  # the source validates types; this is a bug guard, not input handling
             raise AssertionError(f"unexpected event type {kind!r}")
 
@@ -132,19 +176,6 @@ class Matcher:
             "SELECT commit_ts FROM done WHERE region = ? AND start_ts = ?", (region, start_ts)
         ).fetchone()
         return (row is not None, None if row is None else row[0])
-
-    def _prewrite(self, e: dict[str, Any], region: int) -> None:
-        finished, _ = self._done(region, e["start_ts"])
-        if finished:
-            self._bad(
-                e,
-                f"PREWRITE of transaction {e['start_ts']} after its COMMIT or ROLLBACK in this region",
-            )
-        self.db.execute(
-            "INSERT OR IGNORE INTO pending (region, start_ts, key, tbl, op, value, old_value) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (region, e["start_ts"], e["key"], e["table"], e["op"], e["value"], e["old_value"]),
-        )
 
     def _commit(self, e: dict[str, Any], region: int) -> None:
         start_ts, commit_ts = e["start_ts"], int(e["commit_ts"])
@@ -177,6 +208,7 @@ class Matcher:
             "INSERT INTO done (region, start_ts, commit_ts) VALUES (?, ?, ?)",
             (region, start_ts, commit_ts),
         )
+        self._finished[(region, start_ts)] = True
 
     def _rollback(self, e: dict[str, Any], region: int) -> None:
         finished, done_commit = self._done(region, e["start_ts"])
@@ -193,6 +225,7 @@ class Matcher:
             "INSERT INTO done (region, start_ts, commit_ts) VALUES (?, ?, NULL)",
             (region, e["start_ts"]),
         )
+        self._finished[(region, e["start_ts"])] = True
 
     def _buffer(
         self, key: str, start_ts: int, commit_ts: int, table: str, op: str,
