@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pyarrow.parquet as pq
 from pyspark.errors import PySparkException
@@ -62,6 +62,7 @@ from deltamv.views.sql import check_sql
 log = logging.getLogger("deltamv.job")
 
 WATERMARK_KEY = "deltamv.watermark"
+_DRIVER_ROWS = 50_000  # view results up to this many rows are written by the driver
 JOB_KEY = "deltamv.job"
 CHECKPOINT_KEY = "deltamv.checkpoint"  # which checkpoint (job instance) committed a version
 
@@ -407,6 +408,22 @@ class ViewJob:
     def _mirror_path(self, name: str) -> str:
         return str(self.checkpoint / "mirrors" / name)
 
+    def _write(
+        self, target: str, df: DataFrame, path: str, schema: Any, *, prefix: str
+    ) -> list[delta.DataFile]:
+        """Write an output's data files: small view results from the driver.
+
+        Views are mostly small (aggregates); collecting up to ``_DRIVER_ROWS`` rows as
+        Arrow and writing them here saves a Spark job with Python workers per view and
+        batch, the largest fixed cost of a small batch. Larger results, mirrors and table
+        copies are written by the executors.
+        """
+        if target.startswith("view:"):
+            head = df.limit(_DRIVER_ROWS + 1).toArrow()
+            if head.num_rows <= _DRIVER_ROWS:
+                return delta.write_arrow(head, path, schema=schema, prefix=prefix)
+        return delta.write_dataframe(df, path, schema=schema, prefix=prefix)
+
     def _commit(
         self, target: str, path: str, df: DataFrame, schema: object, *, batch: int, watermark: int
     ) -> None:
@@ -424,7 +441,7 @@ class ViewJob:
                 )
             self.state.record_commit(target, current, batch)
             return
-        files = delta.write_dataframe(df, path, schema=schema, prefix=f"b{version:08d}")
+        files = self._write(target, df, path, schema, prefix=f"b{version:08d}")
         faults.point("before-commit")
         result = delta.commit(
             path,
