@@ -18,12 +18,12 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import psutil
-import tomllib
 
 WORK = Path(os.environ.get("DELTAMV_BENCH_DIR", "/tmp/deltamv-bench"))
 ROOT = Path(__file__).resolve().parent.parent

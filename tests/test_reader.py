@@ -64,7 +64,7 @@ def test_as_of_time_is_the_tso_of_the_wall_clock(tmp_path: Path) -> None:
     naive = when.replace(tzinfo=None).isoformat()  # no zone: UTC
     assert pick(paths, "a", as_of_time=naive).watermark == ts(2)
     assert parse_time("2023-11-14T22:13:20Z") == tso.from_datetime(
-        dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.timezone.utc)
+        dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
     )
     with pytest.raises(DeltaMVError, match="ISO-8601"):
         parse_time("yesterday")

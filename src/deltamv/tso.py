@@ -34,11 +34,11 @@ def lag_ms(watermark: int, now_ms: int | None = None) -> int:
 
 def to_datetime(ts: int) -> _dt.datetime:
     """The UTC wall-clock time of a TSO value."""
-    return _dt.datetime.fromtimestamp(physical_ms(ts) / 1000, tz=_dt.timezone.utc)
+    return _dt.datetime.fromtimestamp(physical_ms(ts) / 1000, tz=_dt.UTC)
 
 
 def from_datetime(when: _dt.datetime) -> int:
     """The largest TSO value at or before ``when`` (logical part all ones)."""
     if when.tzinfo is None:
-        when = when.replace(tzinfo=_dt.timezone.utc)
+        when = when.replace(tzinfo=_dt.UTC)
     return compose(int(when.timestamp() * 1000), LOGICAL_MASK)

@@ -260,7 +260,7 @@ def test_values_to_arrow_types_exactly() -> None:
     table = values_to_arrow(texts, schema)
     assert table.schema == schema.to_arrow()
     rows = table.to_pylist()
-    utc = dt.timezone.utc
+    utc = dt.UTC
     assert rows[0] == {
         "id": 1,
         "amount": Decimal("12.50"),

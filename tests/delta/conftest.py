@@ -24,7 +24,7 @@ ALL_TYPES_DDL = (
 
 def all_types_rows(n: int, start: int = 0) -> list[dict[str, object]]:
     """Rows of ALL_TYPES with every column populated, plus nulls in the nullable ones."""
-    base = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+    base = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
     rows: list[dict[str, object]] = []
     for i in range(start, start + n):
         rows.append(

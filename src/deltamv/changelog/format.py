@@ -648,11 +648,7 @@ def _convert(raw: list[Any], col: Column) -> list[Any]:
                 out.append(None)
                 continue
             t = _parse_timestamp(v)
-            t = (
-                t.replace(tzinfo=dt.timezone.utc)
-                if t.tzinfo is None
-                else t.astimezone(dt.timezone.utc)
-            )
+            t = t.replace(tzinfo=dt.UTC) if t.tzinfo is None else t.astimezone(dt.UTC)
             out.append(t)
         return out
     if kind == "binary":

@@ -238,7 +238,7 @@ def _when(ts: int | None) -> str:
 
 
 def _clock(ms: int) -> str:
-    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 def _ms(ms: int | None) -> str:

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 STRING_PREFIX = 32
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _UNITS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 
 

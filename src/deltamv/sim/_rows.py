@@ -22,7 +22,7 @@ def _convert(col: Column, value: Any) -> Any:
         return _dt.date.fromisoformat(value)
     if kind == "timestamp" and isinstance(value, str):
         when = _dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        return when if when.tzinfo else when.replace(tzinfo=_dt.timezone.utc)
+        return when if when.tzinfo else when.replace(tzinfo=_dt.UTC)
     if kind in ("float", "double"):
         return float(value)
     return value
