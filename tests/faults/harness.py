@@ -166,7 +166,8 @@ class KillHarness:
             self.round([self.random_mode()])
             if progress:
                 progress(self)
-        while self.sim.pending:  # the rest of the log, without kills
+        if self.sim.pending:  # the rest of the log at once, without kills
+            self.sim.publish(len(self.sim.pending))
             self.round([])
 
     # -- checking -----------------------------------------------------------------------
