@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 
@@ -54,6 +55,8 @@ def build_spark(
     elif "spark.master" not in _submitted_conf():
         builder = builder.master(DEFAULT_MASTER)
     settings = dict(_DEFAULT_CONF)
+    log_config = Path(__file__).with_name("log4j2.properties")
+    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log_config}"
     if config:
         settings.update(config.spark.conf)
     settings.update(conf or {})
