@@ -62,9 +62,9 @@ from deltamv.views.sql import check_sql
 log = logging.getLogger("deltamv.job")
 
 WATERMARK_KEY = "deltamv.watermark"
-_DRIVER_ROWS = 50_000  # view results up to this many rows are written by the driver
 JOB_KEY = "deltamv.job"
 CHECKPOINT_KEY = "deltamv.checkpoint"  # which checkpoint (job instance) committed a version
+_DRIVER_ROWS = 50_000  # view results up to this many rows are written by the driver
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class ViewJob:
 
     # -- setup -----------------------------------------------------------------------------
     def _check_owners(self) -> None:
-        for key, path in self._output_paths().items():
+        for path, key in self._outputs_by_target().values():
             owner = delta.owner_of(path)
             exists = delta.table_version(path) is not None
             if exists and owner != self.config.name:
@@ -208,11 +208,6 @@ class ViewJob:
         tables = {f"mirror:{n}": (self._mirror_path(n), True) for n in self.config.tables}
         tables.update({t: (p, False) for t, (p, _) in self._outputs_by_target().items()})
         return tables
-
-    def _output_paths(self) -> dict[str, str]:
-        paths = {f"views.{n}.path": v.path for n, v in self.config.views.items()}
-        paths.update({f"tables.{n}.path": t.path for n, t in self.config.tables.items() if t.path})
-        return paths
 
     @contextlib.contextmanager
     def _lock(self) -> Iterator[None]:
