@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 
 class DeltaMVError(Exception):
     """Root of every error deltamv raises on purpose."""
@@ -42,3 +44,21 @@ class StorageError(DeltaMVError):
 
 class StateError(DeltaMVError):
     """The job's checkpoint and its tables disagree in a way deltamv cannot repair."""
+
+
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and every exception in its causes and contexts, each once.
+
+    Spark hands a failure on an executor or in a streaming callback to the driver
+    wrapped in its own exceptions; the original is somewhere down this chain, or only
+    in the text of one of them.
+    """
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo.extend([e.__cause__, e.__context__])

@@ -50,6 +50,7 @@ from deltamv.errors import (
     DeltaMVError,
     StateError,
     StorageError,
+    exception_chain,
 )
 from deltamv.maintenance import Maintenance
 from deltamv.pipeline.ingest import ingest
@@ -471,13 +472,7 @@ def storage_error_from_exception(exc: BaseException) -> StorageError | None:
     (Spark forwards executor failures as text), or None when ``exc`` is no storage fault."""
     if isinstance(exc, DeltaMVError):
         return exc if isinstance(exc, StorageError) else None
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in exception_chain(exc):
         if isinstance(e, StorageError):
             return e
         if isinstance(e, OSError) and e.strerror:
@@ -488,7 +483,6 @@ def storage_error_from_exception(exc: BaseException) -> StorageError | None:
             if match:
                 text = " ".join(line.split())
                 return StorageError(f"storage failed: {text[:300]}")
-        todo.extend([e.__cause__, e.__context__])
     return None
 
 

@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 from deltamv.changelog.events import EVENT_DDL
 from deltamv.changelog.format import read_segment, table_validators
 from deltamv.changelog.segments import Segment, SegmentFormat, list_segments
-from deltamv.errors import BadRecordError, ConfigError, DeltaMVError
+from deltamv.errors import BadRecordError, ConfigError, DeltaMVError, exception_chain
 from deltamv.schema import TableSchema
 
 __all__ = [
@@ -92,13 +92,7 @@ def bad_record_from_exception(exc: BaseException) -> BadRecordError | None:
     puts a Python worker's traceback).
     """
     texts: list[str] = []
-    seen: set[int] = set()
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        e = todo.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in exception_chain(exc):
         if isinstance(e, BadRecordError):
             return BadRecordError(e.file, e.line, e.reason)
         texts.append(str(e))
@@ -115,7 +109,6 @@ def bad_record_from_exception(exc: BaseException) -> BadRecordError | None:
                     value = None
                 if isinstance(value, str):
                     texts.append(value)
-        todo.extend([e.__cause__, e.__context__])
     text = "\n".join(texts)
     match = _MARKED.search(text)
     if match:
