@@ -104,7 +104,10 @@ def _extra_commands() -> list[
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr
+        level=logging.INFO,
+        format="%(asctime)s %(name)s %(message)s",
+        stream=sys.stderr,
+        force=True,
     )
     if not args.verbose:
         logging.getLogger("py4j").setLevel(logging.ERROR)

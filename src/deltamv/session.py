@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -12,6 +13,7 @@ from pyspark.sql import SparkSession
 from deltamv.config import JobConfig
 
 DEFAULT_MASTER = "local[2]"
+log = logging.getLogger("deltamv.session")
 
 _DEFAULT_CONF = {
     "spark.sql.session.timeZone": "UTC",
@@ -52,7 +54,7 @@ def build_spark(
     )
     if chosen:
         builder = builder.master(chosen)
-    elif "spark.master" not in _submitted_conf():
+    elif not _submitted_by_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
     settings = dict(_DEFAULT_CONF)
     log_config = Path(__file__).with_name("log4j2.properties")
@@ -63,6 +65,7 @@ def build_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
     spark.sparkContext.setLogLevel(os.environ.get("DELTAMV_SPARK_LOG_LEVEL", "ERROR"))
     from deltamv.changelog.source import register
 
@@ -70,12 +73,8 @@ def build_spark(
     return spark
 
 
-def _submitted_conf() -> dict[str, str]:
-    """Settings spark-submit passed to this driver (empty when run as plain Python)."""
-    raw = os.environ.get("PYSPARK_SUBMIT_ARGS", "")
-    out: dict[str, str] = {}
-    if "--master" in raw:
-        out["spark.master"] = "submitted"
-    if os.environ.get("SPARK_ENV_LOADED") or os.environ.get("SPARK_SUBMIT"):
-        out["spark.master"] = "submitted"
-    return out
+def _submitted_by_spark_submit() -> bool:
+    """True when spark-submit started this driver: its JVM already holds a master."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ or "--master" in os.environ.get(
+        "PYSPARK_SUBMIT_ARGS", ""
+    )
