@@ -13,18 +13,21 @@ from deltamv.errors import DeltaMVError
 
 def _run(args: argparse.Namespace) -> int:
     from deltamv.config import load_config
-    from deltamv.job import run
+    from deltamv.job import ViewJob
+    from deltamv.session import build_spark
 
     config = load_config(args.config)
-    # SIGTERM stops a continuous job like Ctrl-C: the current batch finishes or is
-    # replayed on restart, never half-committed.
-    signal.signal(signal.SIGTERM, _interrupt)
-    run(config, once=args.once)
+    job = ViewJob(config, build_spark(config))
+
+    def stop(signum: int, frame: object) -> None:
+        # Ctrl-C or SIGTERM: the streaming query stops, run() returns; a batch cut
+        # short is replayed on the next start, never half-committed.
+        job.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    job.run(once=args.once)
     return 0
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -103,14 +106,15 @@ def _extra_commands() -> list[
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO,
-        format="%(asctime)s %(name)s %(message)s",
-        stream=sys.stderr,
-        force=True,
-    )
-    if not args.verbose:
-        logging.getLogger("py4j").setLevel(logging.ERROR)
+    # deltamv's own lines (one per batch) at INFO; everything else (py4j, Spark's
+    # Python side) only from WARNING up, unless --verbose.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    ours = logging.getLogger("deltamv")
+    ours.handlers[:] = [handler]
+    ours.setLevel(logging.INFO)
+    ours.propagate = False
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, force=True)
     try:
         return int(args.func(args))
     except DeltaMVError as exc:

@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -36,8 +37,10 @@ from pathlib import Path
 from typing import IO, Any
 
 import pyarrow.parquet as pq
+from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from deltamv import delta, faults, tso
 from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_tables
@@ -91,6 +94,7 @@ class ViewJob:
         self.state: PipelineState | None = None
         self.ledger: SegmentLedger | None = None
         self._checkpoint_id = ""
+        self._query: StreamingQuery | None = None
         self.maintenance = Maintenance(config.maintenance, self._housekept_tables())
 
     # -- public ----------------------------------------------------------------------------
@@ -120,6 +124,14 @@ class ViewJob:
                 self.state.close()
                 self.state = None
         return self.reports
+
+    def request_stop(self) -> None:
+        """Ask a running job to stop (from a signal handler): the query stops from
+        another thread and :meth:`run` returns. A batch cut short is replayed on restart."""
+        query = self._query
+        if query is not None:
+            log.info("stop requested; stopping after %d batches", len(self.reports))
+            threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
 
     # -- setup -----------------------------------------------------------------------------
     def _check_owners(self) -> None:
@@ -276,10 +288,16 @@ class ViewJob:
                 processingTime=f"{int(self.config.trigger_interval * 1000)} milliseconds"
             )
         query = writer.queryName(f"deltamv-{self.config.name}").start()
+        self._query = query
         try:
             query.awaitTermination()
         except KeyboardInterrupt:
-            query.stop()
+            # Ctrl-C or SIGTERM: stop. The JVM may be shutting down as well (it got the
+            # signal too); a batch cut short is replayed on the next start.
+            with contextlib.suppress(PySparkException, Py4JError):
+                query.stop()
+            log.info("stopped on request after %d batches", len(self.reports))
+            return
         except PySparkException as exc:
             raise self._explain(exc) from None
         if query.exception() is not None:
@@ -499,6 +517,11 @@ def _segments_read(staged: Path) -> set[tuple[str, int, int]]:
             zip(*(table.column(c).to_pylist() for c in ("file", "region", "seq")), strict=True)
         )
     return found
+
+
+def _stop_quietly(query: StreamingQuery) -> None:
+    with contextlib.suppress(PySparkException, Py4JError):  # already stopping: fine
+        query.stop()
 
 
 def _read_events(staged: Path) -> Iterator[object]:
