@@ -3,7 +3,6 @@ in test_job_oracle.py)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -14,48 +13,12 @@ from deltamv import delta
 from deltamv.config import load_config
 from deltamv.errors import BadRecordError, ConfigError
 from deltamv.job import ViewJob
-
-CONFIG = """
-[job]
-name = "bank"
-changelog = "changelog"
-checkpoint = "out/_checkpoint"
-
-[tables.accounts]
-schema = "id BIGINT, owner STRING, balance BIGINT"
-primary_key = ["id"]
-
-[views.total_balance]
-sql = "SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts"
-path = "out/views/total_balance"
-
-[views.rich]
-sql = "SELECT id, owner FROM accounts WHERE balance >= 100"
-path = "out/views/rich"
-"""
-
-
-def put(region: int, start_ts: int, id_: int, balance: int) -> dict[str, Any]:
-    return {
-        "region": region, "type": "PREWRITE", "start_ts": start_ts, "table": "accounts",
-        "key": f"accounts/{id_:04d}", "op": "PUT", "value": {"id": id_, "owner": f"o{id_}", "balance": balance},
-    }  # fmt: skip
-
-
-def commit(region: int, start_ts: int, commit_ts: int, id_: int) -> dict[str, Any]:
-    return {
-        "region": region, "type": "COMMIT", "start_ts": start_ts, "commit_ts": commit_ts,
-        "table": "accounts", "key": f"accounts/{id_:04d}",
-    }  # fmt: skip
+from tests.faults.conftest import CONFIG, commit, lines, put
+from tests.faults.conftest import segment as write_segment
 
 
 def segment(root: Path, region: int, seq: int, events: list[dict[str, Any]] | str) -> Path:
-    folder = root / "changelog" / f"region-{region}"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{seq:06d}.jsonl"
-    text = events if isinstance(events, str) else "".join(json.dumps(e) + "\n" for e in events)
-    path.write_text(text)
-    return path
+    return write_segment(root, region, seq, events if isinstance(events, str) else lines(events))
 
 
 @pytest.fixture
@@ -153,4 +116,4 @@ def test_view_sql_errors_name_the_key_before_reading(
         ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
     assert info.value.key == "views.total_balance.sql"
     assert message in str(info.value)
-    assert not (bank / "out" / "_checkpoint").exists()
+    assert not (bank / "state" / "_checkpoint").exists()
