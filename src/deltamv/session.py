@@ -23,6 +23,14 @@ _DEFAULT_CONF = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
     "spark.sql.ansi.enabled": "true",
+    # A continuous job runs several Spark jobs per batch forever; Spark's status store
+    # keeps up to 1000 jobs and 100,000 tasks by default. Nobody reads them (no UI), so
+    # keep few: less JVM heap held in a long run.
+    "spark.ui.retainedJobs": "50",
+    "spark.ui.retainedStages": "50",
+    "spark.ui.retainedTasks": "1000",
+    "spark.sql.ui.retainedExecutions": "20",
+    "spark.sql.streaming.numRecentProgressUpdates": "20",
 }
 
 
