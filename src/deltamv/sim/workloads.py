@@ -10,6 +10,7 @@ mode), so a long prewrite phase does not doom them.
 from __future__ import annotations
 
 import random
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -84,7 +85,7 @@ class LargePlan:
     done: Callable[[], None] = field(default=lambda: None)
 
 
-class Workload:
+class Workload(ABC):
     """Base class: tables, views, invariants and the transaction mix of one application."""
 
     name: ClassVar[str]
@@ -97,17 +98,17 @@ class Workload:
         self.rng = rng
         self.options = {**self.defaults, **options}
 
+    @abstractmethod
     def boundary_keys(self, expected_txns: int) -> list[str]:
         """Plausible keys, sorted, from which initial region boundaries are drawn."""
-        raise NotImplementedError
 
+    @abstractmethod
     def genesis(self) -> list[Write]:
         """The first transaction: the initial rows, committed before any watermark."""
-        raise NotImplementedError
 
+    @abstractmethod
     def plan_small(self, read: Reader) -> list[Write] | None:
         """An ordinary transaction reading at its start ts; None when there is nothing to do."""
-        raise NotImplementedError
 
     def plan_large(self) -> LargePlan | None:
         """A large transaction, or None."""
@@ -115,6 +116,7 @@ class Workload:
 
     def on_commit(self, writes: list[Write]) -> None:
         """Learn what a committed transaction wrote (keeps the workload's indexes)."""
+        return  # workloads without indexes learn nothing
 
 
 def _ids(writes: list[Write], table: str) -> list[tuple[Write, int]]:
