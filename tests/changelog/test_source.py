@@ -5,6 +5,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
@@ -12,6 +14,7 @@ from deltamv.changelog.events import EVENT_SCHEMA
 from deltamv.changelog.source import (
     SOURCE_NAME,
     ChangelogStreamReader,
+    SeqRuns,
     bad_record_from_exception,
     read_events,
     register,
@@ -52,6 +55,39 @@ def test_offsets_cover_whole_segments_and_resume(changelog: Path) -> None:
     later = r.latestOffset(end, ReadAllAvailable())
     assert later == {"regions": {"1": 2, "2": 6}}
     assert [(p.region, [s[0] for s in p.segments]) for p in r.partitions(end, later)] == [(2, [6])]
+
+
+def test_a_segment_that_appears_below_what_was_read_stops_the_job(changelog: Path) -> None:
+    write_segment(changelog, 1, 1, [resolved(1, 1)])
+    write_segment(changelog, 1, 3, [resolved(1, 3)])
+    r = reader(changelog)
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    assert end == {"regions": {"1": 3}}
+    write_segment(changelog, 1, 4, [resolved(1, 4)])
+    assert r.latestOffset(end, ReadAllAvailable()) == {"regions": {"1": 4}}
+    late = write_segment(changelog, 1, 2, [resolved(1, 2)])  # the gap, filled too late
+    with pytest.raises(BadRecordError, match="appeared after region 1 was read up to seq 3") as e:
+        r.latestOffset(end, ReadAllAvailable())
+    assert e.value.file == str(late)
+
+
+def test_the_reader_keeps_only_unread_segments(changelog: Path) -> None:
+    """A continuous job's planner holds its backlog, not the change log's history."""
+    for seq in range(1, 201):
+        write_segment(changelog, 1, seq, [resolved(1, seq)])
+    r = reader(changelog)
+    end = r.latestOffset(r.initialOffset(), ReadMaxFiles(150))
+    assert end == {"regions": {"1": 150}}
+    r.latestOffset(end, ReadAllAvailable())
+    assert [s.seq for s in r._listing[1]] == list(range(151, 201))
+    assert r._known is not None and r._known[1].runs == 1
+
+
+@given(st.sets(st.integers(min_value=0, max_value=60)), st.integers(min_value=-2, max_value=64))
+def test_seq_runs_hold_exactly_their_seqs(seqs: set[int], probe: int) -> None:
+    runs = SeqRuns.of(seqs)
+    assert (probe in runs) == (probe in seqs)
+    assert len(runs) == len(seqs)
 
 
 def test_cap_takes_whole_segments_round_robin(changelog: Path) -> None:

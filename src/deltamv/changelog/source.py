@@ -22,10 +22,11 @@ wrapped in Spark exceptions; :func:`bad_record_from_exception` recovers the one-
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -174,6 +175,46 @@ def decode_offset(offset: Mapping[str, Any] | None) -> Offset:
     return {int(r): int(s) for r, s in offset.get("regions", {}).items()}
 
 
+class SeqRuns:
+    """A set of segment seqs kept as runs of consecutive numbers.
+
+    A region's seqs are mostly consecutive, so this takes a few integers per region
+    however many segments it has written, where a plain set would grow with the log.
+    """
+
+    __slots__ = ("_highs", "_lows")
+
+    def __init__(self, runs: Sequence[tuple[int, int]] = ()) -> None:
+        self._lows = [lo for lo, _ in runs]
+        self._highs = [hi for _, hi in runs]
+
+    @classmethod
+    def of(cls, seqs: Iterable[int]) -> SeqRuns:
+        runs: list[tuple[int, int]] = []
+        for seq in sorted(seqs):
+            if runs and seq <= runs[-1][1] + 1:
+                runs[-1] = (runs[-1][0], max(seq, runs[-1][1]))
+            else:
+                runs.append((seq, seq))
+        return cls(runs)
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        i = bisect.bisect_right(self._lows, seq) - 1
+        return i >= 0 and seq <= self._highs[i]
+
+    def __len__(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in zip(self._lows, self._highs, strict=True))
+
+    @property
+    def runs(self) -> int:
+        return len(self._lows)
+
+
+_NO_SEQS = SeqRuns()
+
+
 class ChangelogPartition(InputPartition):
     """One region's segments for one micro-batch, in ``seq`` order (pickled to executors)."""
 
@@ -221,8 +262,10 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def __init__(self, options: Mapping[str, str]) -> None:
         self.path, self.tables, self.cap = _parse_options(options)
         self._target: Offset | None = None  # Trigger.AvailableNow: the last seq per region
+        # The last listing, only the segments not read yet: what a continuous job keeps
+        # grows with its backlog, not with the change log's history.
         self._listing: dict[int, list[Segment]] = {}
-        self._known: dict[int, set[int]] | None = None  # seqs per region seen so far
+        self._known: dict[int, SeqRuns] | None = None  # seqs per region seen so far
         self._cursor = -1  # the region served last when a cap cut a batch short
 
     # -- planning (driver) -------------------------------------------------
@@ -276,25 +319,30 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {r: n for r, n in taken.items() if n}
 
     def _list(self, begin: Offset) -> dict[int, list[Segment]]:
+        """The segments after ``begin`` per region; checks that none appeared late."""
         listing = list_segments(self.path)
         known = self._known
         if known is not None:
             # Segments are immutable and appended in seq order: one that turns up at
             # or below what has been read was written too late and would be skipped.
             for region, segs in listing.items():
-                old = known.get(region, set())
+                old = known.get(region, _NO_SEQS)
                 floor = begin.get(region, -1)
                 for s in segs:
-                    if s.seq <= floor and s.seq not in old:
+                    if s.seq > floor:
+                        break
+                    if s.seq not in old:
                         raise BadRecordError(
                             s.path,
                             None,
                             f"segment appeared after region {region} was read up to seq {floor}"
                             " (segments must be appended in seq order)",
                         )
-        self._known = {r: {s.seq for s in segs} for r, segs in listing.items()}
-        self._listing = listing
-        return listing
+        self._known = {r: SeqRuns.of(s.seq for s in segs) for r, segs in listing.items()}
+        self._listing = {
+            r: [s for s in segs if s.seq > begin.get(r, -1)] for r, segs in listing.items()
+        }
+        return self._listing
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, finish = decode_offset(start), decode_offset(end)
