@@ -65,11 +65,10 @@ def build_spark(
     elif not _submitted_by_spark_submit():
         builder = builder.master(DEFAULT_MASTER)
     settings = dict(_DEFAULT_CONF)
-    log_config = Path(__file__).with_name("log4j2.properties")
-    settings["spark.driver.extraJavaOptions"] = f"-Dlog4j2.configurationFile=file:{log_config}"
     if config:
         settings.update(config.spark.conf)
     settings.update(conf or {})
+    settings[_JAVA_OPTIONS] = _driver_java_options(settings.get(_JAVA_OPTIONS, ""))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
@@ -79,6 +78,18 @@ def build_spark(
 
     register(spark)
     return spark
+
+
+_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def _driver_java_options(given: str) -> str:
+    """The driver JVM's options: deltamv's logging config, then the user's own options
+    (a user's ``-Dlog4j2.configurationFile`` wins)."""
+    if "log4j2.configurationFile" in given:
+        return given
+    log_config = Path(__file__).with_name("log4j2.properties")
+    return f"-Dlog4j2.configurationFile=file:{log_config} {given}".strip()
 
 
 def _submitted_by_spark_submit() -> bool:
