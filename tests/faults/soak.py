@@ -8,7 +8,9 @@ on the latest version. At the end it lets the job catch up with the simulator's 
 watermark, stops it with SIGTERM, and checks the latest version of every view against
 the ground truth. Writes ``soak.json`` and ``soak-rss.png`` to ``--out`` (default
 ``demo-out/soak``). Exit 1 if memory grew (the last fifth's median RSS more than
-``--max-growth`` above the median after warm-up) or a check failed.
+``--max-growth``, 10 %, above the first fifth's after warm-up) or a check failed. The
+report gives each part's median and slope (MB per hour) after warm-up: the driver, the
+JVM (and its heap in use), the Python process planning the source, the Python workers.
 
 The job runs with ``[maintenance]`` checkpoint_interval = 20, vacuum_retention =
 "0 hours", vacuum_interval = "1 minute": a long run keeps its tables small.
@@ -20,6 +22,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -48,17 +51,88 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _tree_rss(proc: psutil.Process) -> tuple[int, int]:
-    """(total RSS of the process and its descendants, RSS of the driver alone), bytes."""
+_PARTS = (
+    "driver_rss_mb", "jvm_rss_mb", "source_rss_mb", "workers_rss_mb", "jvm_heap_used_mb",
+)  # fmt: skip
+
+
+def _tree_rss(proc: psutil.Process) -> dict[str, int]:
+    """RSS in bytes of the job's processes by role: ``driver`` (the Python driver),
+    ``jvm``, ``source`` (Spark's Python process planning the streaming source),
+    ``workers`` (Python workers and their daemon), and ``total``."""
+    parts = dict.fromkeys(("driver", "jvm", "source", "workers"), 0)
     try:
-        driver = proc.memory_info().rss
-        total = driver
-        for child in proc.children(recursive=True):
-            with contextlib.suppress(psutil.NoSuchProcess):
-                total += child.memory_info().rss
-        return total, driver
+        parts["driver"] = proc.memory_info().rss
+        children = proc.children(recursive=True)
     except psutil.NoSuchProcess:
-        return 0, 0
+        return {**parts, "total": 0}
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            rss = child.memory_info().rss
+            cmd = " ".join(child.cmdline())
+            if child.name() == "java":
+                parts["jvm"] += rss
+            elif "streaming_source_runner" in cmd:
+                parts["source"] += rss
+            else:
+                parts["workers"] += rss
+    return {**parts, "total": sum(parts.values())}
+
+
+def _jvm_pid(proc: psutil.Process) -> int | None:
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in proc.children(recursive=True):
+            if child.name() == "java":
+                return child.pid
+    return None
+
+
+def _jvm_native_memory(proc: psutil.Process) -> dict[str, float] | None:
+    """Committed MB per JVM memory area (``jcmd VM.native_memory``; needs ``--nmt``)."""
+    jcmd, pid = shutil.which("jcmd"), _jvm_pid(proc)
+    if jcmd is None or pid is None:
+        return None
+    try:
+        text = subprocess.run(
+            [jcmd, str(pid), "VM.native_memory", "summary"],
+            capture_output=True, text=True, timeout=30,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found: dict[str, float] = {}
+    for match in re.finditer(r"^-\s+([A-Za-z ]+?) \(reserved=\d+KB, committed=(\d+)KB", text, re.M):
+        found[match.group(1).strip()] = round(int(match.group(2)) / 1024, 1)
+    total = re.search(r"^Total: reserved=\d+KB, committed=(\d+)KB", text, re.M)
+    if total:
+        found["Total"] = round(int(total.group(1)) / 1024, 1)
+    return found or None
+
+
+def _jvm_heap_used_mb(proc: psutil.Process) -> float | None:
+    """The JVM's used heap (MB, from ``jstat -gc``), where jstat is on PATH."""
+    jstat = shutil.which("jstat")
+    if jstat is None:
+        return None
+    with contextlib.suppress(psutil.NoSuchProcess):
+        for child in proc.children(recursive=True):
+            if child.name() != "java":
+                continue
+            try:
+                out = subprocess.run(
+                    [jstat, "-gc", str(child.pid)], capture_output=True, text=True, timeout=10
+                ).stdout.split()
+            except (OSError, subprocess.TimeoutExpired):
+                return None
+            half = len(out) // 2
+            if half == 0:
+                return None
+            cols = dict(zip(out[:half], out[half:], strict=True))
+            try:
+                used = sum(float(cols[k]) for k in ("S0U", "S1U", "EU", "OU"))
+            except (KeyError, ValueError):
+                return None
+            return round(used / 1024, 1)
+    return None
 
 
 def _latest(path: Path) -> tuple[int, int | None]:
@@ -80,7 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=float(os.environ.get("SOAK_MINUTES", 30)))
     parser.add_argument("--out", type=Path, default=ROOT / "demo-out" / "soak")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between samples")
-    parser.add_argument("--max-growth", type=float, default=0.25)
+    parser.add_argument("--max-growth", type=float, default=0.10)
+    parser.add_argument(
+        "--nmt", action="store_true",
+        help="run the JVM with native memory tracking and sample it every minute",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     out: Path = args.out
@@ -98,6 +176,10 @@ def main(argv: list[str] | None = None) -> int:
         '\n[maintenance]\ncheckpoint_interval = 20\nvacuum_retention = "0 hours"\n'
         'vacuum_interval = "1 minute"\n'
     )
+    if args.nmt:
+        text += (
+            '\n[spark.conf]\n"spark.driver.extraJavaOptions" = "-XX:NativeMemoryTracking=summary"\n'
+        )
     (job_dir / "config.toml").write_text(text)
     view_path = job_dir / "out" / "views" / VIEW
 
@@ -128,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
             if job.poll() is not None:
                 failures.append(f"the job exited with {job.returncode} during the soak")
                 break
-            total_rss, driver_rss = _tree_rss(proc)
+            tick = len(samples)
+            rss = _tree_rss(proc)
             version, watermark = _latest(view_path)
             if version >= 0:
                 value = _total(view_path)
@@ -136,8 +219,13 @@ def main(argv: list[str] | None = None) -> int:
                     totals.add(value)
             sample = {
                 "t": round(time.monotonic() - started, 1),
-                "rss_mb": round(total_rss / 2**20, 1),
-                "driver_rss_mb": round(driver_rss / 2**20, 1),
+                "rss_mb": round(rss["total"] / 2**20, 1),
+                "driver_rss_mb": round(rss["driver"] / 2**20, 1),
+                "jvm_rss_mb": round(rss["jvm"] / 2**20, 1),
+                "source_rss_mb": round(rss["source"] / 2**20, 1),
+                "workers_rss_mb": round(rss["workers"] / 2**20, 1),
+                "jvm_heap_used_mb": _jvm_heap_used_mb(proc),
+                "jvm_nmt_mb": _jvm_native_memory(proc) if args.nmt and tick % 12 == 0 else None,
                 "version": version,
                 "lag_ms": tso.lag_ms(watermark) if watermark else None,
             }
@@ -205,9 +293,11 @@ def _report(
     totals: set[int],
 ) -> dict[str, Any]:  # fmt: skip
     rss = [s["rss_mb"] for s in samples if s["rss_mb"]]
-    warm = [
-        s["rss_mb"] for s in samples if s["t"] >= min(300.0, args.minutes * 60 / 3) and s["rss_mb"]
-    ]
+    # Warm-up: Spark starts, the JIT compiles, and the JVM grows its heap up to the
+    # driver's -Xmx (spark.driver.memory). Growth is judged after it.
+    warmup = max(300.0, args.minutes * 60 / 3)
+    after = [s for s in samples if s["t"] >= warmup and s["rss_mb"]]
+    warm = [s["rss_mb"] for s in after]
     fifth = max(1, len(warm) // 5)
     early = statistics.median(warm[:fifth]) if warm else None
     late = statistics.median(warm[-fifth:]) if warm else None
@@ -216,6 +306,17 @@ def _report(
         failures.append(
             f"RSS grew {growth:.0%} (median {early} MB after warm-up, {late} MB at the end)"
         )
+    slopes = {}  # MB per hour after warm-up, per part of the job
+    for key in ("rss_mb", *_PARTS):
+        points = [(s["t"] / 3600, s[key]) for s in after if s.get(key) is not None]
+        if len(points) >= 3 and len({t for t, _ in points}) > 1:
+            fit = statistics.linear_regression(*zip(*points, strict=True))
+            slopes[key] = round(fit.slope, 1)
+    medians = {
+        key: statistics.median(s[key] for s in after if s.get(key) is not None)
+        for key in _PARTS
+        if any(s.get(key) is not None for s in after)
+    }
     lags = [s["lag_ms"] for s in samples if s["lag_ms"] is not None]
     versions = (
         delta.versions(str(view_path)) if delta.table_version(str(view_path)) is not None else []
@@ -227,6 +328,9 @@ def _report(
         "rss_median_after_warmup_mb": early,
         "rss_median_last_fifth_mb": late,
         "rss_growth": round(growth, 3) if growth is not None else None,
+        "warmup_s": warmup,
+        "median_after_warmup_mb": medians,
+        "slope_after_warmup_mb_per_h": slopes,
         "versions": versions[-1].version + 1 if versions else 0,
         "lag_ms_median": statistics.median(lags) if lags else None,
         "lag_ms_max": max(lags) if lags else None,
@@ -246,16 +350,24 @@ def _plot(samples: list[dict[str, Any]], path: Path) -> None:
         print("matplotlib is not installed: no plot (pip install -e '.[plot]')")
         return
     t = [s["t"] / 60 for s in samples]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    ax.plot(t, [s["rss_mb"] for s in samples], label="job RSS (driver + JVM + workers)")
-    ax.plot(t, [s["driver_rss_mb"] for s in samples], label="driver (Python) RSS")
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    lines = [
+        ("rss_mb", "job RSS (all processes)"),
+        ("jvm_rss_mb", "JVM"),
+        ("workers_rss_mb", "Python workers"),
+        ("driver_rss_mb", "driver (Python)"),
+        ("source_rss_mb", "source planner (Python)"),
+        ("jvm_heap_used_mb", "JVM heap in use"),
+    ]
+    for key, label in lines:
+        ax.plot(t, [s.get(key) or float("nan") for s in samples], label=label)
     ax.set_xlabel("minutes")
     ax.set_ylabel("MB")
     ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    ax2.plot(t, [(s["lag_ms"] or 0) / 1000 for s in samples], color="grey", alpha=0.4, label="lag")
+    ax2.plot(t, [(s["lag_ms"] or 0) / 1000 for s in samples], color="grey", alpha=0.3, label="lag")
     ax2.set_ylabel("lag (s)")
-    ax.legend(loc="lower right")
+    ax.legend(loc="center right", fontsize="small")
     ax.set_title("deltamv soak: memory over time")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
