@@ -160,10 +160,16 @@ class KillHarness:
         self.sim.runs += 1
         return done
 
-    def run_until(self, kills: int, *, progress: Any = None) -> None:
-        """Rounds with one random kill each until ``kills`` kills landed (or the log ends)."""
+    def run_until(self, kills: int, *, per_round: int = 1, progress: Any = None) -> None:
+        """Rounds of ``per_round`` random kills until ``kills`` kills landed (or the log ends).
+
+        Within a round each run restarts the one killed before it, so with ``per_round`` > 1
+        kills also land while a restarted job recovers (replaying a batch, skipping tables
+        that committed it), and fewer clean runs are spent per kill.
+        """
         while self.kills < kills and self.sim.pending:
-            self.round([self.random_mode()])
+            count = min(per_round, kills - self.kills)
+            self.round([self.random_mode() for _ in range(count)])
             if progress:
                 progress(self)
         if self.sim.pending:  # the rest of the log at once, without kills

@@ -53,7 +53,8 @@ def test_kill_many(spark: Any, tmp_path: Path) -> None:
         OUT.mkdir(parents=True, exist_ok=True)  # demo-out/ may be cleaned meanwhile
         (OUT / "progress.json").write_text(json.dumps(h.summary(), indent=1))
 
-    harness.run_until(target, progress=progress)
+    per_round = int(os.environ.get("KILLS_PER_ROUND", "3"))
+    harness.run_until(target, per_round=per_round, progress=progress)
     result = harness.check(spark)
     summary = {
         **harness.summary(),
