@@ -133,13 +133,15 @@ class KillHarness:
             high = max(low + 1.0, min(high, 0.9 * clean[len(clean) // 2]))
         return f"timer:{self.rng.uniform(low, high):.1f}"
 
-    def publish(self) -> None:
-        """Publish rounds until the global watermark moves (so the next run commits)."""
-        before = self.sim.reference.global_watermark()
-        while self.sim.pending:
-            self.sim.publish(1)
-            if self.sim.reference.global_watermark() > before:
-                return
+    def publish(self, moves: int = 1) -> None:
+        """Publish rounds until the global watermark has moved ``moves`` times (so the next
+        runs have that many batches to commit, and reach crash points passed later)."""
+        for _ in range(moves):
+            before = self.sim.reference.global_watermark()
+            while self.sim.pending:
+                self.sim.publish(1)
+                if self.sim.reference.global_watermark() > before:
+                    break
 
     def round(self, modes: list[str], *, tries: int = 3) -> list[Attempt]:
         """Publish, then one run per kill mode, each restarting the killed one; then clean.
@@ -147,7 +149,7 @@ class KillHarness:
         A crash point a run never reached (it had nothing to commit) lets the run finish;
         then more of the log is published and the mode tried again (up to ``tries``).
         """
-        self.publish()
+        self.publish(moves=max(1, len(modes)))
         done = []
         for mode in modes:
             for _ in range(tries):

@@ -48,7 +48,8 @@ def test_kill_many(spark: Any, tmp_path: Path) -> None:
     def progress(h: KillHarness) -> None:
         last = h.attempts[-1]
         print(
-            f"kills {h.kills}/{target}  round {h.sim.runs}  last {last.mode} -> {last.returncode}"
+            f"kills {h.kills}/{target}  round {h.sim.runs}  last {last.mode} -> {last.returncode}",
+            flush=True,
         )
         OUT.mkdir(parents=True, exist_ok=True)  # demo-out/ may be cleaned meanwhile
         (OUT / "progress.json").write_text(json.dumps(h.summary(), indent=1))
