@@ -3,8 +3,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from deltamv.changelog.segments import Segment, list_segments
+from deltamv.changelog.segments import Segment, SeqRuns, list_segments, scan_region
 from deltamv.errors import BadRecordError, DeltaMVError
 
 from .conftest import resolved, write_segment
@@ -62,3 +64,26 @@ def test_missing_changelog_directory(tmp_path: Path) -> None:
 
 def test_empty_changelog(changelog: Path) -> None:
     assert list_segments(str(changelog)) == {}
+
+
+def test_scan_region_keeps_only_segments_after_the_floor(changelog: Path) -> None:
+    for seq in (1, 2, 3, 5):
+        write_segment(changelog, 4, seq, [])
+    scan = scan_region(4, str(changelog / "region-4"), after=2)
+    assert [s.seq for s in scan.segments] == [3, 5]
+    assert scan.below == 2
+
+
+@given(
+    st.sets(st.integers(min_value=0, max_value=60)),
+    st.sets(st.integers(min_value=0, max_value=60)),
+    st.integers(min_value=-2, max_value=64),
+)
+def test_seq_runs_hold_exactly_their_seqs(first: set[int], more: set[int], probe: int) -> None:
+    runs = SeqRuns.of(first)
+    assert (probe in runs) == (probe in first)
+    assert len(runs) == len(first)
+    assert runs.count_at_most(probe) == sum(1 for s in first if s <= probe)
+    both = runs.union(more)
+    assert (probe in both) == (probe in first | more)
+    assert both.count_at_most(probe) == sum(1 for s in first | more if s <= probe)

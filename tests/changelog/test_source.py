@@ -5,8 +5,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 from pyspark.errors import PySparkException
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
@@ -14,7 +12,6 @@ from deltamv.changelog.events import EVENT_SCHEMA
 from deltamv.changelog.source import (
     SOURCE_NAME,
     ChangelogStreamReader,
-    SeqRuns,
     bad_record_from_exception,
     read_events,
     register,
@@ -83,11 +80,14 @@ def test_the_reader_keeps_only_unread_segments(changelog: Path) -> None:
     assert r._known is not None and r._known[1].runs == 1
 
 
-@given(st.sets(st.integers(min_value=0, max_value=60)), st.integers(min_value=-2, max_value=64))
-def test_seq_runs_hold_exactly_their_seqs(seqs: set[int], probe: int) -> None:
-    runs = SeqRuns.of(seqs)
-    assert (probe in runs) == (probe in seqs)
-    assert len(runs) == len(seqs)
+def test_a_second_file_for_a_seq_already_read_stops_the_job(changelog: Path) -> None:
+    write_segment(changelog, 1, 3, [resolved(1, 3)])
+    r = reader(changelog)
+    end = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    twin = changelog / "region-1" / "3.jsonl"
+    twin.write_text(json.dumps(resolved(1, 3)) + "\n")
+    with pytest.raises(BadRecordError, match="segment seq 3 also used by"):
+        r.latestOffset(end, ReadAllAvailable())
 
 
 def test_cap_takes_whole_segments_round_robin(changelog: Path) -> None:

@@ -6,7 +6,10 @@ or ``_`` are writes in progress (or other tooling's files) and are never read.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +31,18 @@ class Segment:
     fmt: SegmentFormat
 
 
+__all__ = [
+    "RegionScan",
+    "Segment",
+    "SegmentFormat",
+    "SeqRuns",
+    "list_region",
+    "list_segments",
+    "region_dirs",
+    "scan_region",
+]
+
+
 def _hidden(name: str) -> bool:
     return name.startswith((".", "_"))
 
@@ -37,41 +52,72 @@ def _decimal(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() else None
 
 
-def list_region(region: int, region_dir: str) -> list[Segment]:
-    """The segments of one region directory, in ``seq`` order.
+def _entry_seq(entry: os.DirEntry[str]) -> tuple[int, SegmentFormat] | None:
+    """The (seq, format) of a segment entry; None for a hidden one; raises for a bad name."""
+    name = entry.name
+    if _hidden(name):
+        return None
+    stem, dot, ext = name.rpartition(".")
+    fmt = _SUFFIXES.get(dot + ext)
+    seq = _decimal(stem) if fmt else None
+    if fmt is None or seq is None or not entry.is_file():
+        raise BadRecordError(
+            entry.path,
+            None,
+            "not a segment file: expected <seq>.jsonl or <seq>.parquet with a decimal <seq>",
+        )
+    return seq, fmt
 
-    Raises BadRecordError for a visible file whose name is not ``<seq>.jsonl`` or
-    ``<seq>.parquet``, and for two segments with the same ``seq``.
+
+@dataclass(frozen=True)
+class RegionScan:
+    """One region directory as :func:`scan_region` saw it."""
+
+    segments: list[Segment]  # the segments after the floor, in seq order
+    below: int  # how many visible segments have a seq at or below the floor
+
+
+def scan_region(region: int, region_dir: str, *, after: int = -1) -> RegionScan:
+    """The segments of one region directory with ``seq > after``, in ``seq`` order, and
+    the count of those at or below ``after``.
+
+    Every name is checked, but only the segments after the floor are kept: a job that
+    has read most of a long change log holds its backlog, not the history. Raises
+    BadRecordError for a visible file whose name is not ``<seq>.jsonl`` or
+    ``<seq>.parquet``, and for two segments after the floor with the same ``seq``.
     """
     segments: list[Segment] = []
     seen: dict[int, str] = {}
+    below = 0
     try:
-        entries = list(os.scandir(region_dir))
+        with os.scandir(region_dir) as entries:
+            for entry in entries:
+                found = _entry_seq(entry)
+                if found is None:
+                    continue
+                seq, fmt = found
+                if seq <= after:
+                    below += 1
+                    continue
+                if seq in seen:
+                    raise BadRecordError(
+                        entry.path, None, f"segment seq {seq} also used by {seen[seq]}"
+                    )
+                seen[seq] = entry.path
+                segments.append(Segment(region, seq, entry.path, fmt))
     except FileNotFoundError:
-        return []  # a region directory removed between two listings: nothing to read
-    for entry in entries:
-        name = entry.name
-        if _hidden(name):
-            continue
-        stem, dot, ext = name.rpartition(".")
-        fmt = _SUFFIXES.get(dot + ext)
-        seq = _decimal(stem) if fmt else None
-        if fmt is None or seq is None or not entry.is_file():
-            raise BadRecordError(
-                entry.path,
-                None,
-                "not a segment file: expected <seq>.jsonl or <seq>.parquet with a decimal <seq>",
-            )
-        if seq in seen:
-            raise BadRecordError(entry.path, None, f"segment seq {seq} also used by {seen[seq]}")
-        seen[seq] = entry.path
-        segments.append(Segment(region, seq, entry.path, fmt))
+        return RegionScan([], 0)  # a region directory removed between two listings
     segments.sort()
-    return segments
+    return RegionScan(segments, below)
 
 
-def list_segments(changelog_dir: str) -> dict[int, list[Segment]]:
-    """All visible segments of a change log, per region id, each list in ``seq`` order.
+def list_region(region: int, region_dir: str) -> list[Segment]:
+    """All segments of one region directory, in ``seq`` order (see :func:`scan_region`)."""
+    return scan_region(region, region_dir).segments
+
+
+def region_dirs(changelog_dir: str) -> dict[int, str]:
+    """The region directories of a change log, by region id, in id order.
 
     Raises DeltaMVError when the change-log directory does not exist, and
     BadRecordError (naming the path) for an entry that does not fit the layout.
@@ -82,7 +128,7 @@ def list_segments(changelog_dir: str) -> dict[int, list[Segment]]:
         raise DeltaMVError(f"change log directory {changelog_dir} does not exist") from None
     except NotADirectoryError:
         raise DeltaMVError(f"change log {changelog_dir} is not a directory") from None
-    regions: dict[int, list[Segment]] = {}
+    regions: dict[int, str] = {}
     for entry in entries:
         name = entry.name
         if _hidden(name):
@@ -94,5 +140,69 @@ def list_segments(changelog_dir: str) -> dict[int, list[Segment]]:
             )
         if region in regions:
             raise BadRecordError(entry.path, None, f"region {region} has two directories")
-        regions[region] = list_region(region, entry.path)
+        regions[region] = entry.path
     return dict(sorted(regions.items()))
+
+
+def list_segments(changelog_dir: str) -> dict[int, list[Segment]]:
+    """All visible segments of a change log, per region id, each list in ``seq`` order.
+
+    Raises DeltaMVError when the change-log directory does not exist, and
+    BadRecordError (naming the path) for an entry that does not fit the layout.
+    """
+    return {r: list_region(r, d) for r, d in region_dirs(changelog_dir).items()}
+
+
+class SeqRuns:
+    """A set of segment seqs kept as runs of consecutive numbers.
+
+    A region's seqs are mostly consecutive, so this takes a few integers per region
+    however many segments it has written, where a plain set would grow with the log.
+    """
+
+    __slots__ = ("_counts", "_highs", "_lows")
+
+    def __init__(self, runs: Sequence[tuple[int, int]] = ()) -> None:
+        self._lows = [lo for lo, _ in runs]
+        self._highs = [hi for _, hi in runs]
+        self._counts = list(itertools.accumulate(hi - lo + 1 for lo, hi in runs))
+
+    @classmethod
+    def of(cls, seqs: Iterable[int]) -> SeqRuns:
+        return cls(_merge(sorted((s, s) for s in seqs)))
+
+    def union(self, seqs: Iterable[int]) -> SeqRuns:
+        """These seqs and ``seqs``."""
+        runs = list(zip(self._lows, self._highs, strict=True))
+        return SeqRuns(_merge(sorted(runs + [(s, s) for s in seqs])))
+
+    def __contains__(self, seq: object) -> bool:
+        if not isinstance(seq, int):
+            return False
+        i = bisect.bisect_right(self._lows, seq) - 1
+        return i >= 0 and seq <= self._highs[i]
+
+    def count_at_most(self, seq: int) -> int:
+        """How many seqs are ``<= seq``."""
+        i = bisect.bisect_right(self._lows, seq) - 1
+        if i < 0:
+            return 0
+        before = self._counts[i - 1] if i else 0
+        return before + min(seq, self._highs[i]) - self._lows[i] + 1
+
+    def __len__(self) -> int:
+        return self._counts[-1] if self._counts else 0
+
+    @property
+    def runs(self) -> int:
+        return len(self._lows)
+
+
+def _merge(runs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for lo, hi in runs:  # sorted by lo
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    return merged

@@ -22,11 +22,10 @@ wrapped in Spark exceptions; :func:`bad_record_from_exception` recovers the one-
 
 from __future__ import annotations
 
-import bisect
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -45,7 +44,15 @@ from pyspark.sql.streaming.datasource import (
 
 from deltamv.changelog.events import EVENT_DDL
 from deltamv.changelog.format import read_segment, table_validators
-from deltamv.changelog.segments import Segment, SegmentFormat, list_segments
+from deltamv.changelog.segments import (
+    Segment,
+    SegmentFormat,
+    SeqRuns,
+    list_region,
+    list_segments,
+    region_dirs,
+    scan_region,
+)
 from deltamv.errors import BadRecordError, ConfigError, DeltaMVError, exception_chain
 from deltamv.schema import TableSchema
 
@@ -175,43 +182,6 @@ def decode_offset(offset: Mapping[str, Any] | None) -> Offset:
     return {int(r): int(s) for r, s in offset.get("regions", {}).items()}
 
 
-class SeqRuns:
-    """A set of segment seqs kept as runs of consecutive numbers.
-
-    A region's seqs are mostly consecutive, so this takes a few integers per region
-    however many segments it has written, where a plain set would grow with the log.
-    """
-
-    __slots__ = ("_highs", "_lows")
-
-    def __init__(self, runs: Sequence[tuple[int, int]] = ()) -> None:
-        self._lows = [lo for lo, _ in runs]
-        self._highs = [hi for _, hi in runs]
-
-    @classmethod
-    def of(cls, seqs: Iterable[int]) -> SeqRuns:
-        runs: list[tuple[int, int]] = []
-        for seq in sorted(seqs):
-            if runs and seq <= runs[-1][1] + 1:
-                runs[-1] = (runs[-1][0], max(seq, runs[-1][1]))
-            else:
-                runs.append((seq, seq))
-        return cls(runs)
-
-    def __contains__(self, seq: object) -> bool:
-        if not isinstance(seq, int):
-            return False
-        i = bisect.bisect_right(self._lows, seq) - 1
-        return i >= 0 and seq <= self._highs[i]
-
-    def __len__(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in zip(self._lows, self._highs, strict=True))
-
-    @property
-    def runs(self) -> int:
-        return len(self._lows)
-
-
 _NO_SEQS = SeqRuns()
 
 
@@ -319,30 +289,31 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return {r: n for r, n in taken.items() if n}
 
     def _list(self, begin: Offset) -> dict[int, list[Segment]]:
-        """The segments after ``begin`` per region; checks that none appeared late."""
-        listing = list_segments(self.path)
+        """The segments after ``begin`` per region; checks that none appeared late.
+
+        Segments are immutable and appended in seq order: one that turns up at or below
+        what has been read was written too late and would be skipped, so it stops the
+        job. Only the segments after ``begin`` are kept, and the seqs seen as runs.
+        """
         known = self._known
-        if known is not None:
-            # Segments are immutable and appended in seq order: one that turns up at
-            # or below what has been read was written too late and would be skipped.
-            for region, segs in listing.items():
-                old = known.get(region, _NO_SEQS)
-                floor = begin.get(region, -1)
-                for s in segs:
-                    if s.seq > floor:
-                        break
-                    if s.seq not in old:
-                        raise BadRecordError(
-                            s.path,
-                            None,
-                            f"segment appeared after region {region} was read up to seq {floor}"
-                            " (segments must be appended in seq order)",
-                        )
-        self._known = {r: SeqRuns.of(s.seq for s in segs) for r, segs in listing.items()}
-        self._listing = {
-            r: [s for s in segs if s.seq > begin.get(r, -1)] for r, segs in listing.items()
-        }
-        return self._listing
+        listing: dict[int, list[Segment]] = {}
+        seen: dict[int, SeqRuns] = {}
+        for region, folder in region_dirs(self.path).items():
+            floor = begin.get(region, -1)
+            if known is None:  # this reader's first listing: what is there counts as seen
+                segs = list_region(region, folder)
+                seen[region] = SeqRuns.of(s.seq for s in segs)
+                listing[region] = [s for s in segs if s.seq > floor]
+                continue
+            runs = known.get(region, _NO_SEQS)
+            scan = scan_region(region, folder, after=floor)
+            if scan.below != runs.count_at_most(floor):
+                _check_not_late(region, folder, floor, runs)
+            listing[region] = scan.segments
+            seen[region] = runs.union(s.seq for s in scan.segments)
+        self._known = seen
+        self._listing = listing
+        return listing
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         begin, finish = decode_offset(start), decode_offset(end)
@@ -353,7 +324,10 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if last > begin.get(region, -1)
         )
         if not covered:  # e.g. a restarted query replaying a planned batch
-            listing = list_segments(self.path)
+            listing = {
+                r: scan_region(r, folder, after=begin.get(r, -1)).segments
+                for r, folder in region_dirs(self.path).items()
+            }
         return _select(listing, begin, finish)
 
     def commit(self, end: dict) -> None:
@@ -365,6 +339,21 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         if not isinstance(partition, ChangelogPartition):
             return iter(())  # Spark reads one empty InputPartition when partitions() is empty
         return _read_partition(partition, table_validators(self.tables))
+
+
+def _check_not_late(region: int, folder: str, floor: int, seen: SeqRuns) -> None:
+    """Name the segment at or below ``floor`` that was not there before, if any (a
+    segment missing since is the ledger's to report)."""
+    for s in list_region(region, folder):
+        if s.seq > floor:
+            return
+        if s.seq not in seen:
+            raise BadRecordError(
+                s.path,
+                None,
+                f"segment appeared after region {region} was read up to seq {floor}"
+                " (segments must be appended in seq order)",
+            )
 
 
 class ChangelogBatchReader(DataSourceReader):
