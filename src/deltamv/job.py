@@ -31,6 +31,7 @@ import shutil
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,7 @@ WATERMARK_KEY = "deltamv.watermark"
 JOB_KEY = "deltamv.job"
 CHECKPOINT_KEY = "deltamv.checkpoint"  # which checkpoint (job instance) committed a version
 _DRIVER_ROWS = 50_000  # view results up to this many rows are written by the driver
+_RECENT_REPORTS = 1000  # batch reports a continuous run keeps
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,8 @@ class ViewJob:
         self.spark = spark
         self.checkpoint = Path(config.checkpoint)
         self.app_id = f"deltamv:{config.name}"
-        self.reports: list[BatchReport] = []
+        self.reports: deque[BatchReport] = deque()
+        self.batches = 0  # batches processed by this run
         self._error: BaseException | None = None
         self.state: PipelineState | None = None
         self.ledger: SegmentLedger | None = None
@@ -101,10 +104,14 @@ class ViewJob:
     def run(self, *, once: bool) -> list[BatchReport]:
         """Run until the log is drained (``once``) or until interrupted.
 
+        Returns the reports of the batches this run processed; a continuous run keeps
+        only the last ``_RECENT_REPORTS`` (it may run for months).
         Raises ConfigError before anything is read, BadRecordError for bad input (nothing
         of that batch is committed), CommitConflictError when another writer touched a
         view, StorageError for I/O failures.
         """
+        self.reports = deque(maxlen=None if once else _RECENT_REPORTS)
+        self.batches = 0
         check_sql(self.spark, self.config)
         self._check_owners()
         start_ts = read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
@@ -123,14 +130,14 @@ class ViewJob:
             finally:
                 self.state.close()
                 self.state = None
-        return self.reports
+        return list(self.reports)
 
     def request_stop(self) -> None:
         """Ask a running job to stop (from a signal handler): the query stops from
         another thread and :meth:`run` returns. A batch cut short is replayed on restart."""
         query = self._query
         if query is not None:
-            log.info("stop requested; stopping after %d batches", len(self.reports))
+            log.info("stop requested; stopping after %d batches", self.batches)
             threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
 
     # -- setup -----------------------------------------------------------------------------
@@ -296,7 +303,7 @@ class ViewJob:
             # signal too); a batch cut short is replayed on the next start.
             with contextlib.suppress(PySparkException, Py4JError):
                 query.stop()
-            log.info("stopped on request after %d batches", len(self.reports))
+            log.info("stopped on request after %d batches", self.batches)
             return
         except PySparkException as exc:
             raise self._explain(exc) from None
@@ -369,6 +376,7 @@ class ViewJob:
         self.maintenance.after_batch()
         report = BatchReport(batch_id, events, released, watermark, committed, duration)
         self.reports.append(report)
+        self.batches += 1
         log.info(
             "batch %d: events %d, rows released %d, watermark %d, lag %d ms, %d ms%s",
             batch_id, events, released, watermark, tso.lag_ms(watermark), duration,
