@@ -39,7 +39,7 @@ def test_kill_many(spark: Any, tmp_path: Path) -> None:
     target = int(os.environ.get("KILLS", "100"))
     seed = int(os.environ.get("KILL_SEED", "5"))
     harness = KillHarness.create(
-        tmp_path, seed=seed, txns=max(2000, target * 30), splits=3, segment_events=80,
+        tmp_path, seed=seed, txns=max(2000, target * 150), splits=3, segment_events=80,
         segments_per_batch=6, watermark_mode="min-commit-ts", duplicate_rate=0.03,
         straggler_rate=0.2, max_per_round=3,
     )  # fmt: skip
@@ -66,4 +66,4 @@ def test_kill_many(spark: Any, tmp_path: Path) -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary, indent=1))
-    assert harness.kills >= target
+    assert harness.kills >= target, f"the simulated log ran out after {harness.kills} kills"
