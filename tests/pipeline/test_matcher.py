@@ -79,6 +79,15 @@ def test_rollback_and_retired_drop_pending_rows(state: PipelineState) -> None:
     assert state.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0] == 0
 
 
+def test_a_retransmitted_retired_is_harmless(state: PipelineState) -> None:
+    """Seen in a soak: a region's stream ended RETIRED, RETIRED (a retransmission), in
+    one segment or across two batches."""
+    rows = [init(1, "", "m"), init(2, "m", ""), retired(2), retired(2), resolved(1, 50)]
+    ingest(state, 0, [table(rows)])
+    ingest(state, 1, [table([retired(2)])])
+    assert state.regions()[2].retired
+
+
 def test_rows_hold_until_the_global_watermark_passes(state: PipelineState) -> None:
     first = [
         init(1, "", "m"),
@@ -119,6 +128,7 @@ def test_deletes_come_before_puts_within_a_transaction(state: PipelineState) -> 
         ([init(1), resolved(1, 30), resolved(1, 29)], "going backwards"),
         ([resolved(1, 30)], "before the region's INITIALIZED"),
         ([init(1), retired(1), resolved(1, 30)], "after the region's RETIRED"),
+        ([init(1), retired(1), retired(1), committed(1, 10, 20, "a", {"v": 1})], "RETIRED"),
         (
             [init(1), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a"), commit(1, 10, 20, "a")],
             "after its ROLLBACK",
@@ -183,21 +193,25 @@ FINAL = {"a": None, "b": {"v": 2}, "c": {"v": 3}, "x": {"v": 9}, "z": {"v": 6}}
     suppress_health_check=[HealthCheck.large_base_example, HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
-def test_any_interleaving_and_batching_gives_the_same_result(
+def test_any_interleaving_batching_and_retransmission_gives_the_same_result(
     tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     state = PipelineState(tmp_path_factory.mktemp("s") / "state.db", job="t", start_ts=0)
-    cursors = dict.fromkeys(REGION_STREAMS, 0)
+    streams = {}  # any event may be delivered twice in a row (a retransmission)
+    for region, stream in REGION_STREAMS.items():
+        twice = data.draw(st.lists(st.booleans(), min_size=len(stream), max_size=len(stream)))
+        streams[region] = [e for e, dup in zip(stream, twice, strict=True) for e in [e] * (1 + dup)]
+    cursors = dict.fromkeys(streams, 0)
     batch, final_state, watermarks = 0, {}, []
-    while any(cursors[r] < len(s) for r, s in REGION_STREAMS.items()):
+    while any(cursors[r] < len(s) for r, s in streams.items()):
         rows = []
-        for region, stream in REGION_STREAMS.items():
+        for region, stream in streams.items():
             take = data.draw(st.integers(0, len(stream) - cursors[region]))
             rows += stream[cursors[region] : cursors[region] + take]
             cursors[region] += take
         if not rows:  # every region published nothing this round: let one move on
-            region = next(r for r, s in REGION_STREAMS.items() if cursors[r] < len(s))
-            rows.append(REGION_STREAMS[region][cursors[region]])
+            region = next(r for r, s in streams.items() if cursors[r] < len(s))
+            rows.append(streams[region][cursors[region]])
             cursors[region] += 1
         result = ingest(state, batch, [table(rows)])
         watermarks.append(result.watermark)

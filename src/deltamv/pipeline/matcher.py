@@ -132,6 +132,8 @@ class Matcher:
         kind = e["type"]
         state = self._region(region)
         if state[4]:
+            if kind == ev.RETIRED:
+                return  # a retransmitted RETIRED (events may arrive twice in a row)
             self._bad(e, f"{kind} event after the region's RETIRED")
         if kind == ev.COMMIT:
             self._commit(e, region)
