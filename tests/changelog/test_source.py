@@ -80,6 +80,38 @@ def test_the_reader_keeps_only_unread_segments(changelog: Path) -> None:
     assert r._known is not None and r._known[1].runs == 1
 
 
+def test_a_late_segment_is_caught_after_another_went_missing(changelog: Path) -> None:
+    """A missing segment must not hide a late one from the count check."""
+    for seq in (0, 1, 2):
+        write_segment(changelog, 1, seq, [resolved(1, seq + 1)])
+    r = reader(changelog)
+    offset = r.latestOffset(r.initialOffset(), ReadMaxFiles(1))
+    assert offset == {"regions": {"1": 0}}
+    gone = changelog / "region-1" / "000002.jsonl"
+    text = gone.read_text()
+    gone.unlink()  # not read yet; the upstream withdrew it
+    offset = r.latestOffset(offset, ReadMaxFiles(1))
+    write_segment(changelog, 1, 3, [resolved(1, 4)])
+    offset = r.latestOffset(offset, ReadMaxFiles(1))
+    assert offset == {"regions": {"1": 3}}
+    gone.write_text(text)  # back, below what was read
+    with pytest.raises(BadRecordError, match="appeared after region 1") as e:
+        r.latestOffset(offset, ReadMaxFiles(1))
+    assert e.value.file == str(gone)
+
+
+def test_a_late_segment_is_caught_when_a_read_one_went_missing_at_once(changelog: Path) -> None:
+    for seq in (0, 2, 4):
+        write_segment(changelog, 1, seq, [resolved(1, seq + 1)])
+    r = reader(changelog)
+    offset = r.latestOffset(r.initialOffset(), ReadAllAvailable())
+    (changelog / "region-1" / "000002.jsonl").unlink()  # the ledger reports this one
+    late = write_segment(changelog, 1, 1, [resolved(1, 2)])  # same count below the offset
+    with pytest.raises(BadRecordError, match="appeared after region 1") as e:
+        r.latestOffset(offset, ReadAllAvailable())
+    assert e.value.file == str(late)
+
+
 def test_a_second_file_for_a_seq_already_read_stops_the_job(changelog: Path) -> None:
     write_segment(changelog, 1, 3, [resolved(1, 3)])
     r = reader(changelog)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -77,14 +77,18 @@ class RegionScan:
     below: int  # how many visible segments have a seq at or below the floor
 
 
-def scan_region(region: int, region_dir: str, *, after: int = -1) -> RegionScan:
+def scan_region(
+    region: int, region_dir: str, *, after: int = -1, read: Container[int] | None = None
+) -> RegionScan:
     """The segments of one region directory with ``seq > after``, in ``seq`` order, and
     the count of those at or below ``after``.
 
     Every name is checked, but only the segments after the floor are kept: a job that
     has read most of a long change log holds its backlog, not the history. Raises
     BadRecordError for a visible file whose name is not ``<seq>.jsonl`` or
-    ``<seq>.parquet``, and for two segments after the floor with the same ``seq``.
+    ``<seq>.parquet``, for two segments after the floor with the same ``seq``, and, given
+    ``read``, for a segment at or below the floor whose seq is not in it: one that
+    appeared after the region was read past it (segments are appended in seq order).
     """
     segments: list[Segment] = []
     seen: dict[int, str] = {}
@@ -97,6 +101,13 @@ def scan_region(region: int, region_dir: str, *, after: int = -1) -> RegionScan:
                     continue
                 seq, fmt = found
                 if seq <= after:
+                    if read is not None and seq not in read:
+                        raise BadRecordError(
+                            entry.path,
+                            None,
+                            f"segment appeared after region {region} was read up to seq"
+                            f" {after} (segments must be appended in seq order)",
+                        )
                     below += 1
                     continue
                 if seq in seen:
@@ -171,10 +182,29 @@ class SeqRuns:
     def of(cls, seqs: Iterable[int]) -> SeqRuns:
         return cls(_merge(sorted((s, s) for s in seqs)))
 
-    def union(self, seqs: Iterable[int]) -> SeqRuns:
-        """These seqs and ``seqs``."""
-        runs = list(zip(self._lows, self._highs, strict=True))
-        return SeqRuns(_merge(sorted(runs + [(s, s) for s in seqs])))
+    def add(self, seqs: Iterable[int]) -> None:
+        """Add ``seqs`` in place; cheap when they extend the highest run (new segments)."""
+        for seq in sorted(seqs):
+            if seq in self:
+                continue
+            if self._highs and seq == self._highs[-1] + 1:
+                self._highs[-1] = seq
+                self._counts[-1] += 1
+            elif not self._highs or seq > self._highs[-1]:
+                self._lows.append(seq)
+                self._highs.append(seq)
+                self._counts.append((self._counts[-1] if self._counts else 0) + 1)
+            else:  # a gap filled below the highest run: rebuild
+                runs = _merge(sorted([*zip(self._lows, self._highs, strict=True), (seq, seq)]))
+                self.__init__(runs)  # type: ignore[misc]
+
+    def drop_above(self, seq: int) -> None:
+        """Remove every seq above ``seq``, in place."""
+        i = bisect.bisect_right(self._lows, seq)
+        del self._lows[i:], self._highs[i:], self._counts[i:]
+        if self._highs and self._highs[-1] > seq:
+            self._counts[-1] -= self._highs[-1] - seq
+            self._highs[-1] = seq
 
     def __contains__(self, seq: object) -> bool:
         if not isinstance(seq, int):
