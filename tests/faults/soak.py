@@ -56,40 +56,33 @@ _PARTS = (
 )  # fmt: skip
 
 
-def _tree_rss(proc: psutil.Process) -> dict[str, int]:
+def _tree_rss(proc: psutil.Process) -> tuple[dict[str, int], int | None]:
     """RSS in bytes of the job's processes by role: ``driver`` (the Python driver),
     ``jvm``, ``source`` (Spark's Python process planning the streaming source),
-    ``workers`` (Python workers and their daemon), and ``total``."""
+    ``workers`` (Python workers and their daemon), and ``total``; and the JVM's pid."""
     parts = dict.fromkeys(("driver", "jvm", "source", "workers"), 0)
+    jvm_pid = None
     try:
         parts["driver"] = proc.memory_info().rss
         children = proc.children(recursive=True)
     except psutil.NoSuchProcess:
-        return {**parts, "total": 0}
+        return {**parts, "total": 0}, None
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             rss = child.memory_info().rss
-            cmd = " ".join(child.cmdline())
             if child.name() == "java":
                 parts["jvm"] += rss
-            elif "streaming_source_runner" in cmd:
+                jvm_pid = child.pid
+            elif "streaming_source_runner" in " ".join(child.cmdline()):
                 parts["source"] += rss
             else:
                 parts["workers"] += rss
-    return {**parts, "total": sum(parts.values())}
+    return {**parts, "total": sum(parts.values())}, jvm_pid
 
 
-def _jvm_pid(proc: psutil.Process) -> int | None:
-    with contextlib.suppress(psutil.NoSuchProcess):
-        for child in proc.children(recursive=True):
-            if child.name() == "java":
-                return child.pid
-    return None
-
-
-def _jvm_native_memory(proc: psutil.Process) -> dict[str, float] | None:
+def _jvm_native_memory(pid: int | None) -> dict[str, float] | None:
     """Committed MB per JVM memory area (``jcmd VM.native_memory``; needs ``--nmt``)."""
-    jcmd, pid = shutil.which("jcmd"), _jvm_pid(proc)
+    jcmd = shutil.which("jcmd")
     if jcmd is None or pid is None:
         return None
     try:
@@ -108,31 +101,23 @@ def _jvm_native_memory(proc: psutil.Process) -> dict[str, float] | None:
     return found or None
 
 
-def _jvm_heap_used_mb(proc: psutil.Process) -> float | None:
+def _jvm_heap_used_mb(pid: int | None) -> float | None:
     """The JVM's used heap (MB, from ``jstat -gc``), where jstat is on PATH."""
     jstat = shutil.which("jstat")
-    if jstat is None:
+    if jstat is None or pid is None:
         return None
-    with contextlib.suppress(psutil.NoSuchProcess):
-        for child in proc.children(recursive=True):
-            if child.name() != "java":
-                continue
-            try:
-                out = subprocess.run(
-                    [jstat, "-gc", str(child.pid)], capture_output=True, text=True, timeout=10
-                ).stdout.split()
-            except (OSError, subprocess.TimeoutExpired):
-                return None
-            half = len(out) // 2
-            if half == 0:
-                return None
-            cols = dict(zip(out[:half], out[half:], strict=True))
-            try:
-                used = sum(float(cols[k]) for k in ("S0U", "S1U", "EU", "OU"))
-            except (KeyError, ValueError):
-                return None
-            return round(used / 1024, 1)
-    return None
+    try:
+        out = subprocess.run(
+            [jstat, "-gc", str(pid)], capture_output=True, text=True, timeout=10
+        ).stdout.split()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    cols = dict(zip(out[: len(out) // 2], out[len(out) // 2 :], strict=True))
+    try:
+        used = sum(float(cols[k]) for k in ("S0U", "S1U", "EU", "OU"))
+    except (KeyError, ValueError):
+        return None
+    return round(used / 1024, 1)
 
 
 def _latest(path: Path) -> tuple[int, int | None]:
@@ -211,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                 failures.append(f"the job exited with {job.returncode} during the soak")
                 break
             tick = len(samples)
-            rss = _tree_rss(proc)
+            rss, jvm_pid = _tree_rss(proc)
             version, watermark = _latest(view_path)
             if version >= 0:
                 value = _total(view_path)
@@ -224,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                 "jvm_rss_mb": round(rss["jvm"] / 2**20, 1),
                 "source_rss_mb": round(rss["source"] / 2**20, 1),
                 "workers_rss_mb": round(rss["workers"] / 2**20, 1),
-                "jvm_heap_used_mb": _jvm_heap_used_mb(proc),
-                "jvm_nmt_mb": _jvm_native_memory(proc) if args.nmt and tick % 12 == 0 else None,
+                "jvm_heap_used_mb": _jvm_heap_used_mb(jvm_pid),
+                "jvm_nmt_mb": _jvm_native_memory(jvm_pid) if args.nmt and tick % 12 == 0 else None,
                 "version": version,
                 "lag_ms": tso.lag_ms(watermark) if watermark else None,
             }

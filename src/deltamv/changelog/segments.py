@@ -7,13 +7,23 @@ or ``_`` are writes in progress (or other tooling's files) and are never read.
 from __future__ import annotations
 
 import bisect
-import itertools
 import os
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from deltamv.errors import BadRecordError, DeltaMVError
+
+__all__ = [
+    "RegionScan",
+    "Segment",
+    "SegmentFormat",
+    "SeqRuns",
+    "list_region",
+    "list_segments",
+    "region_dirs",
+    "scan_region",
+]
 
 SegmentFormat = Literal["jsonl", "parquet"]
 
@@ -29,18 +39,6 @@ class Segment:
     seq: int
     path: str
     fmt: SegmentFormat
-
-
-__all__ = [
-    "RegionScan",
-    "Segment",
-    "SegmentFormat",
-    "SeqRuns",
-    "list_region",
-    "list_segments",
-    "region_dirs",
-    "scan_region",
-]
 
 
 def _hidden(name: str) -> bool:
@@ -171,12 +169,11 @@ class SeqRuns:
     however many segments it has written, where a plain set would grow with the log.
     """
 
-    __slots__ = ("_counts", "_highs", "_lows")
+    __slots__ = ("_highs", "_lows")
 
     def __init__(self, runs: Sequence[tuple[int, int]] = ()) -> None:
         self._lows = [lo for lo, _ in runs]
         self._highs = [hi for _, hi in runs]
-        self._counts = list(itertools.accumulate(hi - lo + 1 for lo, hi in runs))
 
     @classmethod
     def of(cls, seqs: Iterable[int]) -> SeqRuns:
@@ -189,21 +186,18 @@ class SeqRuns:
                 continue
             if self._highs and seq == self._highs[-1] + 1:
                 self._highs[-1] = seq
-                self._counts[-1] += 1
             elif not self._highs or seq > self._highs[-1]:
                 self._lows.append(seq)
                 self._highs.append(seq)
-                self._counts.append((self._counts[-1] if self._counts else 0) + 1)
-            else:  # a gap filled below the highest run: rebuild
+            else:  # a gap filled below the highest run
                 runs = _merge(sorted([*zip(self._lows, self._highs, strict=True), (seq, seq)]))
-                self.__init__(runs)  # type: ignore[misc]
+                self._lows, self._highs = [lo for lo, _ in runs], [hi for _, hi in runs]
 
     def drop_above(self, seq: int) -> None:
         """Remove every seq above ``seq``, in place."""
         i = bisect.bisect_right(self._lows, seq)
-        del self._lows[i:], self._highs[i:], self._counts[i:]
+        del self._lows[i:], self._highs[i:]
         if self._highs and self._highs[-1] > seq:
-            self._counts[-1] -= self._highs[-1] - seq
             self._highs[-1] = seq
 
     def __contains__(self, seq: object) -> bool:
@@ -214,14 +208,14 @@ class SeqRuns:
 
     def count_at_most(self, seq: int) -> int:
         """How many seqs are ``<= seq``."""
-        i = bisect.bisect_right(self._lows, seq) - 1
-        if i < 0:
-            return 0
-        before = self._counts[i - 1] if i else 0
-        return before + min(seq, self._highs[i]) - self._lows[i] + 1
+        return sum(
+            min(hi, seq) - lo + 1
+            for lo, hi in zip(self._lows, self._highs, strict=True)
+            if lo <= seq
+        )
 
     def __len__(self) -> int:
-        return self._counts[-1] if self._counts else 0
+        return sum(hi - lo + 1 for lo, hi in zip(self._lows, self._highs, strict=True))
 
     @property
     def runs(self) -> int:
