@@ -66,7 +66,13 @@ def test_the_first_commit_creates_the_table_as_version_0(tmp_path) -> None:
 
     result = _commit_batch(path, 1, [1, 2, 3])
 
-    assert result == CommitResult(0, skipped=False)
+    assert (result.version, result.skipped, result.files_added, result.rows_written) == (
+        0,
+        False,
+        1,
+        3,
+    )
+    assert result.bytes_written > 0
     assert table_version(path) == 0
     assert committed_batch(path, f"deltamv-{JOB}") == 1
     assert read_arrow(path).sort_by("k") == _rows(1, 2, 3)
@@ -89,7 +95,12 @@ def test_replace_removes_every_old_file_in_the_same_version(tmp_path) -> None:
 
     result = _commit_batch(path, 3, [5, 6], expected=1)
 
-    assert result == CommitResult(2, skipped=False)
+    assert (result.version, result.skipped, result.files_added, result.files_removed) == (
+        2,
+        False,
+        1,
+        2,
+    )
     actions = _log(path, 2)
     removed = {a["remove"]["path"] for a in actions if "remove" in a}
     added = {a["add"]["path"] for a in actions if "add" in a}
@@ -180,7 +191,7 @@ def test_an_empty_version_removes_everything(tmp_path) -> None:
 
     result = _commit_batch(path, 2, [], expected=0)
 
-    assert result == CommitResult(1, skipped=False)
+    assert result == CommitResult(1, skipped=False, files_removed=1)
     assert file_uris(path) == []
     assert read_arrow(path) == SCHEMA.empty_table()
     assert read_arrow(path, version=0).num_rows == 2

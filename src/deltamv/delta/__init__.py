@@ -2,7 +2,8 @@
 
 Executors write Parquet files into a table's folder (:mod:`.files`), the driver commits
 them as one atomic, idempotent Delta commit per view version (:mod:`.commit`), and
-readers read exactly one version's files (:mod:`.read`).
+readers read exactly one version's files (:mod:`.read`). A :class:`DeltaTableHandle` (:mod:`.table`)
+follows one table through a run without reopening its log.
 """
 
 from __future__ import annotations
@@ -19,10 +20,13 @@ from deltamv.delta.read import (
     versions,
 )
 from deltamv.delta.schema import arrow_to_spark, spark_to_arrow
+from deltamv.delta.table import DeltaTableHandle, TableFile
 
 __all__ = [
     "CommitResult",
     "DataFile",
+    "DeltaTableHandle",
+    "TableFile",
     "VersionInfo",
     "arrow_schema",
     "arrow_to_spark",

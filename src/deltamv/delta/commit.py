@@ -28,6 +28,7 @@ from deltalake.transaction import (
 from deltamv.delta._table import check_plain_parquet, open_table, translate_errors
 from deltamv.delta.files import DataFile
 from deltamv.delta.schema import delta_fields
+from deltamv.delta.table import describe_fields
 from deltamv.errors import CommitConflictError, StorageError
 
 __all__ = ["CommitResult", "commit", "committed_batch", "owner_of", "table_version"]
@@ -39,10 +40,18 @@ BATCH_KEY = "deltamv.batch"
 
 @dataclass(frozen=True)
 class CommitResult:
-    """The table's version after :func:`commit`; ``skipped`` if the batch was already there."""
+    """The table's version after a commit; ``skipped`` if the batch was already there.
+
+    The counts describe what the commit did: data files added and removed, and the rows
+    and bytes of the files added (all 0 for a skipped batch).
+    """
 
     version: int
     skipped: bool
+    files_added: int = 0
+    files_removed: int = 0
+    rows_written: int = 0
+    bytes_written: int = 0
 
 
 def commit(
@@ -104,15 +113,13 @@ def commit(
             )
         _check_compatible(table, table_path, schema)
         now = _now_ms()
-        actions: list[AddAction | RemoveAction] = []
-        if replace:
-            actions.extend(_removes(table, now))
-        actions.extend(_add_actions(add, now))
+        removes = _removes(table, now) if replace else []
+        actions: list[AddAction | RemoveAction] = [*removes, *_add_actions(add, now)]
         table.create_write_transaction(
             actions, mode="append", schema=schema, commit_properties=properties
         )
     # With no retries a successful commit is exactly the version after the one read.
-    return CommitResult(current + 1, skipped=False)
+    return _result(current + 1, add, len(removes))
 
 
 def committed_batch(table_path: str, app_id: str) -> int | None:
@@ -172,7 +179,18 @@ def _create(
                 f"table {table_path} was created by another writer while this job created it"
             ) from e
         raise
-    return CommitResult(0, skipped=False)
+    return _result(0, add, 0)
+
+
+def _result(version: int, add: list[DataFile], removed: int) -> CommitResult:
+    return CommitResult(
+        version,
+        skipped=False,
+        files_added=len(add),
+        files_removed=removed,
+        rows_written=sum(f.num_records for f in add),
+        bytes_written=sum(f.size for f in add),
+    )
 
 
 def _check_compatible(table: DeltaTable, table_path: str, schema: pa.Schema) -> None:
@@ -185,21 +203,14 @@ def _check_compatible(table: DeltaTable, table_path: str, schema: pa.Schema) -> 
     have, want = delta_fields(table.schema()), delta_fields(schema)
     if have != want:
         raise CommitConflictError(
-            f"table {table_path} has columns {_describe(have)} but this job writes"
-            f" {_describe(want)}"
+            f"table {table_path} has columns {describe_fields(have)} but this job writes"
+            f" {describe_fields(want)}"
         )
 
 
-def _describe(fields: list[dict[str, object]]) -> str:
-    def one(f: dict[str, object]) -> str:
-        kind = f["type"] if isinstance(f["type"], str) else "struct"
-        return f"{f['name']} {kind}{'' if f['nullable'] else ' NOT NULL'}"
-
-    return "(" + ", ".join(one(f) for f in fields) + ")"
-
-
 def _removes(table: DeltaTable, now: int) -> list[RemoveAction]:
-    files = pa.table(table.get_add_actions(flatten=True))
+    # pa.table() on delta-rs' arro3 table takes ~15 ms; its C stream, ~0.1 ms.
+    files = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
     return [
         RemoveAction(path, True, now, size, {})
         for path, size in zip(
