@@ -216,6 +216,15 @@ def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
+def conform_table(data: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``data``'s columns picked by name and safely cast to ``schema`` (as files are written).
+
+    DeltaMVError for a missing column or NULLs in a NOT NULL column.
+    """
+    batches = [_conform(b, schema) for b in data.to_batches() if b.num_rows]
+    return pa.Table.from_batches(batches, schema=schema)
+
+
 def _normalize(table_path: str) -> str:
     # Executors may run elsewhere (another working directory): hand them absolute paths.
     return table_path if "://" in table_path else os.path.abspath(table_path)

@@ -1,0 +1,462 @@
+"""Key-range file layout: a table's files hold disjoint ranges of its first layout column.
+
+Rows live in Parquet files sorted by the layout columns. Files cover disjoint ranges of
+the first layout column (the *key*; NULLs sort first, then NaN, then values ascending, as
+Arrow sorts with nulls at the start), hold at most ``target_file_rows`` rows each, and
+rows with equal keys never straddle two files unless that one key alone has more rows
+than a file may hold. A change then touches only the files whose ranges hold its keys.
+
+Ranges: the lowest and highest key of each file, from its add action's statistics when
+those are exact (integers and dates; strings shorter than the 32 characters Delta
+truncates to), else from the file's Parquet footer statistics, else from reading the key
+column. They are cached in the table's :class:`~deltamv.delta.table.DeltaTableHandle`, and
+the ranges of files written here are known without reading anything.
+
+Routing (:meth:`KeyRangeLayout.plan`): a removed row may be in any file whose range holds
+its key; an added row goes to a file whose range holds its key, else to the file before
+the gap it falls in (the first file for keys below every range), so appends of increasing
+keys go to the last file only. Files that share a removed key are rewritten together.
+Everything is vectorised over the change: keys and range bounds are ranked together by
+Arrow and located with ``numpy.searchsorted``.
+
+Sizing: a rewritten group of files is re-chunked into ceil(rows / target) files of even
+size, cut at key boundaries; the group holding the table's last file is filled greedily
+instead (full files, the remainder last), so a table that grows at its end keeps full
+files. Files untouched by a change are never rewritten, nor merged when they shrink.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from deltamv.delta._stats import STRING_PREFIX
+from deltamv.delta._table import translate_errors
+from deltamv.delta._zset import ZSet, apply, sample_row
+from deltamv.delta.files import conform_table
+from deltamv.delta.table import DeltaTableHandle
+from deltamv.errors import DeltaMVError, StateError
+
+__all__ = ["DEFAULT_TARGET_FILE_ROWS", "FileRange", "KeyRangeLayout", "Rewrite"]
+
+DEFAULT_TARGET_FILE_ROWS = 262_144
+_STREAM_BATCH_ROWS = 65_536
+
+
+@dataclass(frozen=True, eq=False)
+class FileRange:
+    """One data file and the lowest and highest key it holds (``bounds``, 2 values).
+
+    ``bounds[0]`` is NULL when the file holds a NULL key; both are NULL when it holds
+    only NULL keys (or no rows).
+    """
+
+    path: str
+    size: int
+    num_records: int
+    bounds: pa.Array
+
+
+@dataclass(frozen=True, eq=False)
+class Rewrite:
+    """A group of current files (maybe none) to rewrite with part of a change.
+
+    ``last`` is true when the group holds the table's last file (or the table has none):
+    its new files are filled greedily.
+    """
+
+    files: tuple[FileRange, ...]
+    change: ZSet
+    last: bool
+
+
+class KeyRangeLayout:
+    """The key-range layout of one table: ``columns`` sort the rows, ``columns[0]`` ranges
+    the files, at most ``target_file_rows`` rows per file."""
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        columns: Sequence[str],
+        *,
+        target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
+    ) -> None:
+        if isinstance(columns, str) or not columns:
+            raise ValueError(f"a layout needs a non-empty list of columns, not {columns!r}")
+        if target_file_rows < 1:
+            raise ValueError(f"target_file_rows must be >= 1, not {target_file_rows}")
+        for name in columns:
+            if name not in schema.names:
+                raise DeltaMVError(f"layout column {name!r} is not a column of {schema.names}")
+            if not _orderable(schema.field(name).type):
+                raise DeltaMVError(
+                    f"layout column {name!r} has type {schema.field(name).type}, which has no"
+                    " order; a layout column must be a number, string, binary, boolean, date"
+                    " or timestamp"
+                )
+        if len(set(columns)) != len(columns):
+            raise ValueError(f"layout columns repeat: {list(columns)}")
+        self.schema = schema
+        self.columns = tuple(columns)
+        self.key = columns[0]
+        self.key_type = schema.field(self.key).type
+        self.target_file_rows = target_file_rows
+
+    # -- ordering and chunking ------------------------------------------------------------
+
+    def sort(self, table: pa.Table) -> pa.Table:
+        """``table`` sorted by the layout columns (NULLs, then NaN, then values)."""
+        if table.num_rows <= 1:
+            return table
+        return table.take(
+            pc.sort_indices(table, sort_keys=[(c, "ascending", "at_start") for c in self.columns])
+        )
+
+    def split(self, ordered: pa.Table, *, fill: bool) -> list[pa.Table]:
+        """Cut sorted rows into files: at most the target each, cut between keys.
+
+        ``fill``: full files and the remainder last; else ceil(n / target) even files.
+        """
+        n = ordered.num_rows
+        if n == 0:
+            return []
+        if n <= self.target_file_rows:
+            return [ordered]
+        starts = run_starts(ordered.column(self.key))
+        ends = _cuts(starts, n, self.target_file_rows, fill=fill)
+        return [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+    def arrange(
+        self, data: pa.Table | Iterable[pa.RecordBatch], *, memory_limit: str = "1GB"
+    ) -> Iterator[pa.Table]:
+        """All of ``data`` as the contents of new files, in key order.
+
+        A ``pa.Table`` is sorted in memory. Batches are sorted by DuckDB, which spills to a
+        temporary folder beyond ``memory_limit``: memory stays bounded for any input.
+        """
+        if isinstance(data, pa.Table):
+            yield from self.split(self.sort(conform_table(data, self.schema)), fill=True)
+            return
+        buffered: list[pa.Table] = []
+        rows = 0
+        for batch in self._sorted_stream(data, memory_limit):
+            buffered.append(batch)
+            rows += batch.num_rows
+            if rows <= self.target_file_rows:
+                continue
+            pending = pa.concat_tables(buffered).combine_chunks()
+            chunks = self.split(pending, fill=True)
+            # Every chunk but the last ends where the key changes inside the buffer (or
+            # mid-run of one over-long key): rows still to come cannot join them.
+            yield from chunks[:-1]
+            buffered, rows = [chunks[-1]], chunks[-1].num_rows
+        if rows:
+            yield from self.split(pa.concat_tables(buffered).combine_chunks(), fill=True)
+
+    def _sorted_stream(
+        self, batches: Iterable[pa.RecordBatch], memory_limit: str
+    ) -> Iterator[pa.Table]:
+        import duckdb
+
+        def conformed() -> Iterator[pa.RecordBatch]:
+            for batch in batches:
+                yield from conform_table(pa.Table.from_batches([batch]), self.schema).to_batches()
+
+        spill = tempfile.mkdtemp(prefix="deltamv-sort-")
+        con = duckdb.connect(config={"memory_limit": memory_limit, "temp_directory": spill})
+        try:
+            reader = pa.RecordBatchReader.from_batches(self.schema, conformed())
+            con.register("data", reader)
+            order = ", ".join(self._duckdb_order(c) for c in self.columns)
+            result = con.sql(f"SELECT * FROM data ORDER BY {order}")
+            for batch in result.to_arrow_reader(_STREAM_BATCH_ROWS):
+                if batch.num_rows:
+                    yield pa.Table.from_batches([batch]).cast(self.schema)
+        finally:
+            con.close()
+            shutil.rmtree(spill, ignore_errors=True)
+
+    def _duckdb_order(self, column: str) -> str:
+        quoted = '"' + column.replace('"', '""') + '"'
+        if pa.types.is_floating(self.schema.field(column).type):
+            # Arrow puts NaN right after the NULLs, before every number; DuckDB puts it last.
+            return (
+                f"CASE WHEN {quoted} IS NULL THEN 0 WHEN isnan({quoted}) THEN 1 ELSE 2 END,"
+                f" {quoted}"
+            )
+        return f"{quoted} ASC NULLS FIRST"
+
+    # -- ranges ---------------------------------------------------------------------------
+
+    def file_ranges(self, handle: DeltaTableHandle) -> list[FileRange]:
+        """The key range of every current file, in key order; cached in ``handle``."""
+        files = handle.files()
+        if not files:
+            return []
+        cache = handle.file_cache(f"range:{self.key}")
+        cache.retain({f.path for f in files})
+        missing = [i for i, f in enumerate(files) if cache.get(f.path) is None]
+        if missing:
+            from_stats = self._stats_bounds(handle.add_actions())
+            for i in missing:
+                f = files[i]
+                bounds = from_stats[i] if from_stats is not None else None
+                if bounds is None:
+                    bounds = self._footer_bounds(handle, f.path)
+                if bounds is None:
+                    bounds = self._read_bounds(handle, f.path)
+                cache.put(f.path, bounds)
+        ranges = []
+        for f in files:
+            bounds, records = cache.get(f.path)
+            ranges.append(FileRange(f.path, f.size, records, bounds))
+        return self._in_key_order(ranges)
+
+    def remember(self, handle: DeltaTableHandle, path: str, contents: pa.Table) -> None:
+        """Cache the range of a file this process wrote with ``contents`` (sorted)."""
+        key = contents.column(self.key)
+        bounds = pa.concat_arrays(
+            [key.slice(0, 1).combine_chunks(), key.slice(len(key) - 1, 1).combine_chunks()]
+        )
+        handle.file_cache(f"range:{self.key}").put(path, (bounds, contents.num_rows))
+
+    def _stats_bounds(self, actions: pa.Table) -> list[tuple[pa.Array, int] | None] | None:
+        """Bounds from the add actions' statistics, where exact (None where not)."""
+        t = self.key_type
+        names = [f"min.{self.key}", f"max.{self.key}", f"null_count.{self.key}", "num_records"]
+        if not all(n in actions.column_names for n in names):
+            return None
+        exact_type = (
+            pa.types.is_integer(t) or pa.types.is_date32(t) or pa.types.is_string(t)
+        ) and all(actions.column(n).type == t for n in names[:2])
+        if not exact_type:
+            return None
+        lo, hi, nulls, records = (actions.column(n).combine_chunks() for n in names)
+        known = pc.and_(pc.is_valid(nulls), pc.is_valid(records))
+        all_null = pc.equal(nulls, records)
+        has_bounds = pc.and_(pc.is_valid(lo), pc.is_valid(hi))
+        if pa.types.is_string(t):
+            # A string statistic of STRING_PREFIX characters may be a truncated one.
+            short = pc.and_(
+                pc.less(pc.utf8_length(lo), STRING_PREFIX),
+                pc.less(pc.utf8_length(hi), STRING_PREFIX),
+            )
+            has_bounds = pc.and_(has_bounds, pc.fill_null(short, False))
+        exact = pc.fill_null(pc.and_(known, pc.or_(all_null, has_bounds)), False).to_numpy(
+            zero_copy_only=False
+        )
+        null = pa.nulls(1, t)
+        out: list[tuple[pa.Array, int] | None] = []
+        for i in range(len(actions)):
+            if not exact[i]:
+                out.append(None)
+                continue
+            count = records[i].as_py()
+            if all_null[i].as_py():
+                out.append((pa.concat_arrays([null, null]), count))
+                continue
+            low = null if nulls[i].as_py() else lo.slice(i, 1)
+            out.append((pa.concat_arrays([low, hi.slice(i, 1)]), count))
+        return out
+
+    def _footer_bounds(self, handle: DeltaTableHandle, path: str) -> tuple[pa.Array, int] | None:
+        """Bounds from the file's Parquet statistics, if every row group has them."""
+        if pa.types.is_floating(self.key_type):
+            return None  # Parquet statistics leave NaN out
+        fs, location = handle.file_location(path)
+        with translate_errors(handle.path), fs.open_input_file(location) as f:
+            meta = pq.ParquetFile(f).metadata
+        column = next(
+            (i for i in range(meta.num_columns) if meta.schema.column(i).path == self.key), None
+        )
+        if column is None:
+            return None
+        nulls = 0
+        values = []
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            stats = group.column(column).statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            nulls += stats.null_count
+            if stats.null_count == group.num_rows:
+                continue
+            if not stats.has_min_max:
+                return None
+            values += [stats.min, stats.max]
+        try:
+            known = pa.array(values, self.key_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            return None
+        null = pa.nulls(1, self.key_type)
+        if not values:
+            return pa.concat_arrays([null, null]), meta.num_rows
+        extremes = pc.min_max(known)
+        low = null if nulls else pa.array([extremes["min"].as_py()], self.key_type)
+        high = pa.array([extremes["max"].as_py()], self.key_type)
+        return pa.concat_arrays([low, high]), meta.num_rows
+
+    def _read_bounds(self, handle: DeltaTableHandle, path: str) -> tuple[pa.Array, int]:
+        fs, location = handle.file_location(path)
+        with translate_errors(handle.path):
+            column = pq.read_table(location, filesystem=fs, columns=[self.key]).column(0)
+        column = column.cast(self.key_type)
+        if len(column) == 0:
+            return pa.nulls(2, self.key_type), 0
+        order = pc.sort_indices(
+            pa.table({"k": column}), sort_keys=[("k", "ascending", "at_start")]
+        ).to_numpy()
+        return column.take(pa.array([order[0], order[-1]])).combine_chunks(), len(column)
+
+    def _in_key_order(self, ranges: list[FileRange]) -> list[FileRange]:
+        if len(ranges) <= 1:
+            return ranges
+        ranks = dense_ranks(pa.concat_arrays([r.bounds for r in ranges]))
+        order = np.lexsort((ranks[1::2], ranks[0::2]))
+        return [ranges[i] for i in order]
+
+    # -- planning -------------------------------------------------------------------------
+
+    def plan(self, ranges: Sequence[FileRange], change: ZSet, *, table: str) -> list[Rewrite]:
+        """Group the change's rows with the files they touch; ``ranges`` in key order.
+
+        StateError when a removed row's key lies in no file's range (the table cannot
+        hold it).
+        """
+        if len(change) == 0:
+            return []
+        removing = change.weights < 0
+        if not ranges:
+            if removing.any():
+                raise _absent(table, change.rows, int(np.flatnonzero(removing)[0]))
+            return [Rewrite((), change, last=True)]
+        n = len(ranges)
+        keys = change.rows.column(self.key).combine_chunks()
+        bounds = pa.concat_arrays([r.bounds for r in ranges])
+        ranks = dense_ranks(pa.concat_arrays([bounds, keys]))
+        low, high, key = ranks[0 : 2 * n : 2], ranks[1 : 2 * n : 2], ranks[2 * n :]
+        reach = np.maximum.accumulate(high)
+        # Files [first, after) are the ones that may hold the key: lows <= key (a prefix,
+        # lows being sorted) minus those whose high and every earlier high are < key.
+        after = np.searchsorted(low, key, side="right")
+        first = np.searchsorted(reach, key, side="left")
+        holds = first < after
+        if (removing & ~holds).any():
+            raise _absent(table, change.rows, int(np.flatnonzero(removing & ~holds)[0]))
+        # An added row goes to the first file holding its key, else to the file before
+        # its gap (the first file for keys below every range).
+        target = np.where(holds, first, np.maximum(after - 1, 0))
+        start = np.where(removing, first, target)
+        stop = np.where(removing, after, target + 1)
+        # Overlapping [start, stop) intervals are one rewrite.
+        order = np.argsort(start, kind="stable")
+        s, e = start[order], stop[order]
+        reach_end = np.maximum.accumulate(e)
+        new_group = np.ones(len(s), dtype=bool)
+        new_group[1:] = s[1:] >= reach_end[:-1]
+        heads = np.flatnonzero(new_group)
+        tails = np.append(heads[1:], len(s))
+        rewrites = []
+        for h, t in zip(heads, tails, strict=True):
+            lo_file, hi_file = int(s[h]), int(reach_end[t - 1])
+            rewrites.append(
+                Rewrite(
+                    tuple(ranges[lo_file:hi_file]),
+                    change.take(np.sort(order[h:t])),
+                    last=hi_file == n,
+                )
+            )
+        return rewrites
+
+    def rewrite(self, handle: DeltaTableHandle, job: Rewrite) -> list[pa.Table]:
+        """The contents of the files that replace ``job.files`` once its change is applied."""
+        parts = [self._read(handle, f.path) for f in job.files]
+        existing = pa.concat_tables(parts) if parts else self.schema.empty_table()
+        updated = apply(existing, job.change, key=self.key, table=handle.path)
+        return self.split(self.sort(updated), fill=job.last)
+
+    def _read(self, handle: DeltaTableHandle, path: str) -> pa.Table:
+        fs, location = handle.file_location(path)
+        with translate_errors(handle.path):
+            data = pq.read_table(location, filesystem=fs)
+        return conform_table(data, self.schema)
+
+
+def dense_ranks(values: pa.Array) -> np.ndarray:
+    """Dense ranks (int64) in the layout's order: NULLs, NaN, then values ascending."""
+    ranks = pc.rank(values, sort_keys=[("", "ascending", "at_start")], tiebreaker="dense")
+    return ranks.to_numpy().astype(np.int64)
+
+
+def run_starts(column: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """Positions where a sorted key column starts a new value (0 included)."""
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    n = len(values)
+    if n <= 1:
+        return np.zeros(min(n, 1), dtype=np.int64)
+    a, b = values.slice(1), values.slice(0, n - 1)
+    same = pc.fill_null(pc.equal(a, b), False)
+    same = pc.or_(same, pc.and_(pc.is_null(a), pc.is_null(b)))
+    if pa.types.is_floating(values.type):
+        both_nan = pc.fill_null(pc.and_(pc.is_nan(a), pc.is_nan(b)), False)
+        same = pc.or_(same, both_nan)
+    changes = np.flatnonzero(~same.to_numpy(zero_copy_only=False)) + 1
+    return np.concatenate([[0], changes]).astype(np.int64)
+
+
+def _cuts(starts: np.ndarray, n: int, target: int, *, fill: bool) -> list[int]:
+    """End positions of the files for ``n`` sorted rows whose keys start runs at ``starts``."""
+    ends: list[int] = []
+    pos = 0
+    while n - pos > target:
+        limit = pos + target
+        if fill:
+            want = limit
+        else:
+            pieces = math.ceil((n - pos) / target)
+            want = pos + math.ceil((n - pos) / pieces)
+        below = int(np.searchsorted(starts, limit, side="right")) - 1
+        if starts[below] <= pos:
+            cut = limit  # one key holds more rows than a file: it alone is split
+        else:
+            j = int(np.searchsorted(starts, want, side="left"))
+            options = [
+                int(starts[i])
+                for i in (j - 1, j)
+                if 0 <= i < len(starts) and pos < starts[i] <= limit
+            ]
+            cut = min(options, key=lambda c: abs(c - want))
+        ends.append(cut)
+        pos = cut
+    ends.append(n)
+    return ends
+
+
+def _absent(table: str, rows: pa.Table, index: int) -> StateError:
+    return StateError(
+        f"table {table} does not hold a row the job removes ({sample_row(rows, index)}):"
+        " it was changed by something else, or the job's state is damaged"
+    )
+
+
+def _orderable(t: pa.DataType) -> bool:
+    return (
+        pa.types.is_integer(t)
+        or pa.types.is_floating(t)
+        or pa.types.is_decimal(t)
+        or pa.types.is_boolean(t)
+        or pa.types.is_date(t)
+        or pa.types.is_timestamp(t)
+        or pa.types.is_string(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+    )
