@@ -2,14 +2,18 @@
 
 Executors write Parquet files into a table's folder (:mod:`.files`), the driver commits
 them as one atomic, idempotent Delta commit per view version (:mod:`.commit`), and
-readers read exactly one version's files (:mod:`.read`). A :class:`DeltaTableHandle` (:mod:`.table`)
-follows one table through a run without reopening its log.
+readers read exactly one version's files (:mod:`.read`). A :class:`TableSink`
+(:mod:`.sink`) turns a batch's change to a table (a Z-set of rows, a replacement, or
+nothing) into one commit that rewrites only the files the change touches, through one
+:class:`DeltaTableHandle` (:mod:`.table`) per table and the key-range file layout of
+:mod:`.layout`.
 """
 
 from __future__ import annotations
 
 from deltamv.delta.commit import CommitResult, commit, committed_batch, owner_of, table_version
 from deltamv.delta.files import DataFile, write_arrow, write_dataframe
+from deltamv.delta.layout import DEFAULT_TARGET_FILE_ROWS, FileRange, KeyRangeLayout
 from deltamv.delta.read import (
     VersionInfo,
     arrow_schema,
@@ -20,13 +24,23 @@ from deltamv.delta.read import (
     versions,
 )
 from deltamv.delta.schema import arrow_to_spark, spark_to_arrow
+from deltamv.delta.sink import WEIGHT, Change, Delta, NoChange, Replace, TableSink
 from deltamv.delta.table import DeltaTableHandle, TableFile
 
 __all__ = [
+    "DEFAULT_TARGET_FILE_ROWS",
+    "WEIGHT",
+    "Change",
     "CommitResult",
     "DataFile",
+    "Delta",
     "DeltaTableHandle",
+    "FileRange",
+    "KeyRangeLayout",
+    "NoChange",
+    "Replace",
     "TableFile",
+    "TableSink",
     "VersionInfo",
     "arrow_schema",
     "arrow_to_spark",
