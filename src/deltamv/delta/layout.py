@@ -20,9 +20,9 @@ Everything is vectorised over the change: keys and range bounds are ranked toget
 Arrow and located with ``numpy.searchsorted``.
 
 Sizing: a rewritten group of files is re-chunked into ceil(rows / target) files of even
-size, cut at key boundaries; the group holding the table's last file is filled greedily
-instead (full files, the remainder last), so a table that grows at its end keeps full
-files. Files untouched by a change are never rewritten, nor merged when they shrink.
+size, cut at key boundaries; when the change appends keys beyond the table's last file,
+that file's group is filled greedily instead (full files, the remainder last), so a table
+that grows at its end keeps full files. Files untouched by a change are never rewritten, nor merged when they shrink.
 """
 
 from __future__ import annotations
@@ -69,13 +69,13 @@ class FileRange:
 class Rewrite:
     """A group of current files (maybe none) to rewrite with part of a change.
 
-    ``last`` is true when the group holds the table's last file (or the table has none):
-    its new files are filled greedily.
+    ``fill`` is true when the change appends keys beyond the table's last file (or the
+    table has none): the new files are filled greedily, not cut evenly.
     """
 
     files: tuple[FileRange, ...]
     change: ZSet
-    last: bool
+    fill: bool
 
 
 class KeyRangeLayout:
@@ -337,7 +337,7 @@ class KeyRangeLayout:
         if not ranges:
             if removing.any():
                 raise _absent(table, change.rows, int(np.flatnonzero(removing)[0]))
-            return [Rewrite((), change, last=True)]
+            return [Rewrite((), change, fill=True)]
         n = len(ranges)
         keys = change.rows.column(self.key).combine_chunks()
         bounds = pa.concat_arrays([r.bounds for r in ranges])
@@ -354,6 +354,7 @@ class KeyRangeLayout:
         # An added row goes to the first file holding its key, else to the file before
         # its gap (the first file for keys below every range).
         target = np.where(holds, first, np.maximum(after - 1, 0))
+        appends = bool((~removing & (key > reach[-1])).any())
         start = np.where(removing, first, target)
         stop = np.where(removing, after, target + 1)
         # Overlapping [start, stop) intervals are one rewrite.
@@ -371,7 +372,7 @@ class KeyRangeLayout:
                 Rewrite(
                     tuple(ranges[lo_file:hi_file]),
                     change.take(np.sort(order[h:t])),
-                    last=hi_file == n,
+                    fill=appends and hi_file == n,
                 )
             )
         return rewrites
@@ -381,7 +382,7 @@ class KeyRangeLayout:
         parts = [self._read(handle, f.path) for f in job.files]
         existing = pa.concat_tables(parts) if parts else self.schema.empty_table()
         updated = apply(existing, job.change, key=self.key, table=handle.path)
-        return self.split(self.sort(updated), fill=job.last)
+        return self.split(self.sort(updated), fill=job.fill)
 
     def _read(self, handle: DeltaTableHandle, path: str) -> pa.Table:
         fs, location = handle.file_location(path)
