@@ -531,3 +531,26 @@ def test_a_data_file_gone_from_storage_is_a_storage_error_and_nothing_is_committ
     assert path in str(e.value)
     assert DeltaTable(path).version() == 0
     assert files_on_disk(path) == files_in_log(path) - {victim}
+
+
+def test_a_replace_takes_a_record_batch_or_a_reader(tmp_path) -> None:
+    rows = _rows([3, 1, 2])
+    for name, data in [
+        ("batch", rows.to_batches()[0]),
+        ("reader", pa.RecordBatchReader.from_batches(rows.schema, rows.to_batches())),
+    ]:
+        path = str(tmp_path / name)
+        _commit(_sink(path), 1, Replace(data), None)
+        assert read_arrow(path) == _rows([1, 2, 3])
+
+
+def test_a_damaged_data_file_is_a_storage_error(tmp_path) -> None:
+    path = str(tmp_path / "t")
+    _thousand(path)
+    victim = next(a["add"]["path"] for a in log(path, 0) if "add" in a)
+    with open(os.path.join(path, victim), "r+b") as f:
+        f.truncate(100)
+
+    with pytest.raises(StorageError, match=f"data file {victim} is unreadable"):
+        _commit(_sink(path), 2, _zset((_rows(np.arange(0, 1000, 50)), -1)), 0)
+    assert DeltaTable(path).version() == 0

@@ -27,6 +27,7 @@ that grows at its end keeps full files. Files untouched by a change are never re
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shutil
 import tempfile
@@ -43,7 +44,7 @@ from deltamv.delta._table import translate_errors
 from deltamv.delta._zset import ZSet, apply, sample_row
 from deltamv.delta.files import conform_table
 from deltamv.delta.table import DeltaTableHandle
-from deltamv.errors import DeltaMVError, StateError
+from deltamv.errors import DeltaMVError, StateError, StorageError
 
 __all__ = ["DEFAULT_TARGET_FILE_ROWS", "FileRange", "KeyRangeLayout", "Rewrite"]
 
@@ -135,13 +136,18 @@ class KeyRangeLayout:
         return [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     def arrange(
-        self, data: pa.Table | Iterable[pa.RecordBatch], *, memory_limit: str = "1GB"
+        self,
+        data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
+        *,
+        memory_limit: str = "1GB",
     ) -> Iterator[pa.Table]:
         """All of ``data`` as the contents of new files, in key order.
 
         A ``pa.Table`` is sorted in memory. Batches are sorted by DuckDB, which spills to a
         temporary folder beyond ``memory_limit``: memory stays bounded for any input.
         """
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
         if isinstance(data, pa.Table):
             yield from self.split(self.sort(conform_table(data, self.schema)), fill=True)
             return
@@ -272,7 +278,7 @@ class KeyRangeLayout:
         if pa.types.is_floating(self.key_type):
             return None  # Parquet statistics leave NaN out
         fs, location = handle.file_location(path)
-        with translate_errors(handle.path), fs.open_input_file(location) as f:
+        with _reading(handle, path), fs.open_input_file(location) as f:
             meta = pq.ParquetFile(f).metadata
         column = next(
             (i for i in range(meta.num_columns) if meta.schema.column(i).path == self.key), None
@@ -306,7 +312,7 @@ class KeyRangeLayout:
 
     def _read_bounds(self, handle: DeltaTableHandle, path: str) -> tuple[pa.Array, int]:
         fs, location = handle.file_location(path)
-        with translate_errors(handle.path):
+        with _reading(handle, path):
             column = pq.read_table(location, filesystem=fs, columns=[self.key]).column(0)
         column = column.cast(self.key_type)
         if len(column) == 0:
@@ -386,9 +392,22 @@ class KeyRangeLayout:
 
     def _read(self, handle: DeltaTableHandle, path: str) -> pa.Table:
         fs, location = handle.file_location(path)
-        with translate_errors(handle.path):
+        with _reading(handle, path):
             data = pq.read_table(location, filesystem=fs)
         return conform_table(data, self.schema)
+
+
+@contextlib.contextmanager
+def _reading(handle: DeltaTableHandle, path: str) -> Iterator[None]:
+    """Storage failures, and data files Parquet cannot decode, as one-line StorageErrors."""
+    try:
+        with translate_errors(handle.path):
+            yield
+    except pa.ArrowInvalid as e:
+        text = " ".join(str(e).split())[:300]
+        raise StorageError(
+            f"Delta table {handle.path}: data file {path} is unreadable: {text}"
+        ) from e
 
 
 def dense_ranks(values: pa.Array) -> np.ndarray:

@@ -50,9 +50,13 @@ _DELTAMV_PREFIX = "deltamv."
 
 @dataclass(frozen=True)
 class Replace:
-    """The table's whole new contents (rows in the table's schema, columns by name)."""
+    """The table's whole new contents (rows in the table's schema, columns by name).
 
-    data: pa.Table | Iterable[pa.RecordBatch]
+    A ``pa.Table`` is sorted in memory; batches (any iterable, e.g. a RecordBatchReader)
+    are sorted with bounded memory, spilling to a temporary folder.
+    """
+
+    data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]
 
 
 @dataclass(frozen=True, eq=False)
