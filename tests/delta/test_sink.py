@@ -427,7 +427,8 @@ def test_the_weight_column_must_be_an_integer_without_nulls(tmp_path) -> None:
         _commit(sink, 1, Delta(_rows([1]).append_column("__w", pa.array([None], pa.int64()))), None)
 
 
-def test_a_table_written_by_another_engine_is_changed_correctly(tmp_path) -> None:
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_table_written_by_another_engine_is_changed_correctly(tmp_path, stream: bool) -> None:
     """Files in no key order (overlapping ranges): removals look in every candidate."""
     path = str(tmp_path / "t")
     rng = np.random.default_rng(3)
@@ -435,12 +436,19 @@ def test_a_table_written_by_another_engine_is_changed_correctly(tmp_path) -> Non
     for part in range(6):
         write_deltalake(path, _rows(keys[part * 100 : (part + 1) * 100]), mode="append")
     sink = _sink(path, target=150)
+    if stream:
+        sink.layout.in_memory_rows = 0
     gone = _rows(keys[[5, 150, 399, 599]])
 
     _commit(sink, 1, _zset((gone, -1), (_rows([50, 1000]), 1)), None)
 
     expected = bag(_rows(keys)) - bag(gone) + bag(_rows([50, 1000]))
     assert bag(read_version(path)) == expected
+    assert max(t.num_rows for t in _files(path)) <= 150
+    with pytest.raises(StateError, match="1 more copies removed than held"):
+        _commit(sink, 2, _zset((_rows([50], "nope"), -1)), 6)
+    assert DeltaTable(path).version() == 6
+    assert files_on_disk(path) - files_in_log(path) == set()
 
 
 def test_the_handle_opens_the_log_once_per_run(tmp_path, monkeypatch) -> None:
@@ -554,3 +562,14 @@ def test_a_damaged_data_file_is_a_storage_error(tmp_path) -> None:
     with pytest.raises(StorageError, match=f"data file {victim} is unreadable"):
         _commit(_sink(path), 2, _zset((_rows(np.arange(0, 1000, 50)), -1)), 0)
     assert DeltaTable(path).version() == 0
+
+
+def test_a_failure_inside_replaced_batches_comes_out_as_itself(tmp_path) -> None:
+    def batches():  # type: ignore[no-untyped-def]
+        yield _rows([1, 2]).to_batches()[0]
+        raise KeyError("the source broke")
+
+    path = str(tmp_path / "t")
+    with pytest.raises(KeyError, match="the source broke"):
+        _commit(_sink(path), 1, Replace(batches()), None)
+    assert not os.path.exists(path) or files_on_disk(path) == set()

@@ -63,7 +63,7 @@ def _rows(key: str) -> st.SearchStrategy[tuple[Any, ...]]:
     )
 
 
-def _batches(key: str) -> st.SearchStrategy[tuple[list[tuple[Any, ...]], list[Any]]]:
+def _batches(key: str) -> st.SearchStrategy[tuple[list[tuple[Any, ...]], list[Any], bool]]:
     """A pool of 8 rows, then batches of (kind, entries of (pool index, weight)) and restart."""
     entry = st.tuples(st.integers(0, 7), st.integers(-3, 3))
     kind = st.one_of(
@@ -74,7 +74,8 @@ def _batches(key: str) -> st.SearchStrategy[tuple[list[tuple[Any, ...]], list[An
     # restart: a new sink (a job restarted), which learns the ranges from the table
     batch = st.tuples(kind, st.booleans())
     pool = st.lists(_rows(key), min_size=8, max_size=8)
-    return st.tuples(pool, st.lists(batch, min_size=1, max_size=6))
+    # stream: rewrite every group of files file by file (the path of large groups)
+    return st.tuples(pool, st.lists(batch, min_size=1, max_size=6), st.booleans())
 
 
 def _table(schema: pa.Schema, rows: list[tuple[Any, ...]], weights: list[int] | None) -> pa.Table:
@@ -92,15 +93,18 @@ def _table(schema: pa.Schema, rows: list[tuple[Any, ...]], weights: list[int] | 
 )
 @given(data=st.data())
 def test_random_z_sets_match_a_multiset_model_at_every_version(key: str, data: Any) -> None:
-    pool, batches = data.draw(_batches(key))
+    pool, batches, stream = data.draw(_batches(key))
     schema = _schema(key)
     with tempfile.TemporaryDirectory() as folder:
         path = f"{folder}/t"
 
         def new_sink() -> TableSink:
-            return TableSink(
+            sink = TableSink(
                 path, schema, layout=["k", "v"], app_id="m", metadata={}, target_file_rows=TARGET
             )
+            if stream:
+                sink.layout.in_memory_rows = 0
+            return sink
 
         sink = new_sink()
         model: Counter[tuple[object, ...]] = Counter()

@@ -75,35 +75,60 @@ def apply(existing: pa.Table, change: ZSet, *, key: str, table: str) -> pa.Table
     Rows of ``existing`` that share no ``key`` value with a removed row pass through
     untouched. StateError when a row is removed more often than ``existing`` holds it.
     """
+    adds, removes = split(change)
+    kept, owed = remove_owed(existing, removes, -removes.weights, key=key)
+    check_nothing_owed(removes, owed, table=table)
+    return pa.concat_tables([kept, adds.expanded()]) if len(adds) else kept
+
+
+def split(change: ZSet) -> tuple[ZSet, ZSet]:
+    """(the rows added, the rows removed) of a change."""
     negative = change.weights < 0
-    adds = change.take(np.flatnonzero(~negative))
-    removes = change.take(np.flatnonzero(negative))
-    parts = []
-    if len(removes):
-        mask = pc.is_in(
-            normalized(existing.column(key)),
-            value_set=pc.unique(normalized(removes.rows.column(key))),
-            skip_nulls=False,
-        )
-        candidates = existing.filter(mask)
-        parts.append(existing.filter(pc.invert(mask)))
-        both = pa.concat_tables([candidates, removes.rows])
-        w = np.concatenate([np.ones(candidates.num_rows, np.int64), removes.weights])
-        first, net = _group(both, w)
-        if (net < 0).any():
-            bad = int(np.flatnonzero(net < 0)[0])
-            raise StateError(
-                f"table {table} does not hold a row the job removes"
-                f" ({sample_row(both, int(first[bad]))}, {-int(net[bad])} more copies removed"
-                " than held): it was changed by something else, or the job's state is damaged"
-            )
-        held = net > 0
-        parts.append(both.take(pa.array(np.repeat(first[held], net[held]))))
-    else:
-        parts.append(existing)
-    if len(adds):
-        parts.append(adds.expanded())
-    return pa.concat_tables(parts)
+    return change.take(np.flatnonzero(~negative)), change.take(np.flatnonzero(negative))
+
+
+def remove_owed(
+    existing: pa.Table, removes: ZSet, owed: np.ndarray, *, key: str
+) -> tuple[pa.Table, np.ndarray]:
+    """Remove from ``existing`` up to ``owed[i]`` copies of each row ``removes.rows[i]``.
+
+    Returns what is left and the copies still owed (held by other files, or by none).
+    Rows sharing no ``key`` value with a row still owed pass through untouched.
+    """
+    live = np.flatnonzero(owed > 0)
+    if len(live) == 0:
+        return existing, owed
+    rows = removes.rows.take(pa.array(live, pa.int64()))
+    mask = pc.is_in(
+        normalized(existing.column(key)),
+        value_set=pc.unique(normalized(rows.column(key))),
+        skip_nulls=False,
+    )
+    candidates = existing.filter(mask)
+    held = candidates.num_rows
+    both = pa.concat_tables([candidates, rows])
+    first, last, net = _group(
+        both, np.concatenate([np.ones(held, np.int64), -owed[live]]), last=True
+    )
+    # A group's last row is its removed row (they come after the candidates), if any.
+    removed = last >= held
+    still = owed.copy()
+    still[live[last[removed] - held]] = np.maximum(-net[removed], 0)
+    keep = net > 0
+    kept = both.take(pa.array(np.repeat(first[keep], net[keep])))
+    return pa.concat_tables([existing.filter(pc.invert(mask)), kept]), still
+
+
+def check_nothing_owed(removes: ZSet, owed: np.ndarray, *, table: str) -> None:
+    """StateError naming a row removed more often than the table held it, if any."""
+    if not owed.any():
+        return
+    bad = int(np.flatnonzero(owed > 0)[0])
+    raise StateError(
+        f"table {table} does not hold a row the job removes"
+        f" ({sample_row(removes.rows, bad)}, {int(owed[bad])} more copies removed than held):"
+        " it was changed by something else, or the job's state is damaged"
+    )
 
 
 def sample_row(rows: pa.Table, index: int, limit: int = 300) -> str:
@@ -122,8 +147,9 @@ def normalized(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array
     return pc.if_else(pc.is_nan(plus), pa.scalar(float("nan"), column.type), plus)
 
 
-def _group(rows: pa.Table, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per group of equal rows: the index of its first row and the sum of its weights."""
+def _group(rows: pa.Table, weights: np.ndarray, *, last: bool = False) -> tuple[np.ndarray, ...]:
+    """Per group of equal rows: the index of its first row (and, with ``last``, of its last
+    row) and the sum of its weights."""
     keys = {f"k{i}": _hashable(rows.column(i)) for i in range(rows.num_columns)}
     keyed = pa.table(
         {
@@ -132,11 +158,12 @@ def _group(rows: pa.Table, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]
             WEIGHT: pa.array(weights, pa.int64()),
         }
     )
-    grouped = keyed.group_by(list(keys), use_threads=False).aggregate(
-        [(WEIGHT, "sum"), (_INDEX, "min")]
-    )
+    aggregates = [(WEIGHT, "sum"), (_INDEX, "min")] + ([(_INDEX, "max")] if last else [])
+    grouped = keyed.group_by(list(keys), use_threads=False).aggregate(aggregates)
     first = grouped.column(f"{_INDEX}_min").to_numpy()
     sums = grouped.column(f"{WEIGHT}_sum").to_numpy()
+    if last:
+        return first, grouped.column(f"{_INDEX}_max").to_numpy(), sums
     return first, sums
 
 

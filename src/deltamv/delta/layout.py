@@ -41,7 +41,8 @@ import pyarrow.parquet as pq
 
 from deltamv.delta._stats import STRING_PREFIX
 from deltamv.delta._table import translate_errors
-from deltamv.delta._zset import ZSet, apply, sample_row
+from deltamv.delta._zset import ZSet, apply, check_nothing_owed, remove_owed, sample_row
+from deltamv.delta._zset import split as split_change
 from deltamv.delta.files import conform_table
 from deltamv.delta.table import DeltaTableHandle
 from deltamv.errors import DeltaMVError, StateError, StorageError
@@ -89,6 +90,8 @@ class KeyRangeLayout:
         columns: Sequence[str],
         *,
         target_file_rows: int = DEFAULT_TARGET_FILE_ROWS,
+        sort_memory_limit: str = "1GB",
+        in_memory_rows: int | None = None,
     ) -> None:
         if isinstance(columns, str) or not columns:
             raise ValueError(f"a layout needs a non-empty list of columns, not {columns!r}")
@@ -110,6 +113,9 @@ class KeyRangeLayout:
         self.key = columns[0]
         self.key_type = schema.field(self.key).type
         self.target_file_rows = target_file_rows
+        self.sort_memory_limit = sort_memory_limit
+        # Groups of files holding more rows than this are rewritten as a stream.
+        self.in_memory_rows = 4 * target_file_rows if in_memory_rows is None else in_memory_rows
 
     # -- ordering and chunking ------------------------------------------------------------
 
@@ -136,15 +142,12 @@ class KeyRangeLayout:
         return [ordered.slice(a, b - a) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
 
     def arrange(
-        self,
-        data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
-        *,
-        memory_limit: str = "1GB",
+        self, data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch]
     ) -> Iterator[pa.Table]:
         """All of ``data`` as the contents of new files, in key order.
 
         A ``pa.Table`` is sorted in memory. Batches are sorted by DuckDB, which spills to a
-        temporary folder beyond ``memory_limit``: memory stays bounded for any input.
+        temporary folder beyond ``sort_memory_limit``: memory stays bounded for any input.
         """
         if isinstance(data, pa.RecordBatch):
             data = pa.Table.from_batches([data])
@@ -153,7 +156,7 @@ class KeyRangeLayout:
             return
         buffered: list[pa.Table] = []
         rows = 0
-        for batch in self._sorted_stream(data, memory_limit):
+        for batch in self._sorted_stream(data):
             buffered.append(batch)
             rows += batch.num_rows
             if rows <= self.target_file_rows:
@@ -167,17 +170,24 @@ class KeyRangeLayout:
         if rows:
             yield from self.split(pa.concat_tables(buffered).combine_chunks(), fill=True)
 
-    def _sorted_stream(
-        self, batches: Iterable[pa.RecordBatch], memory_limit: str
-    ) -> Iterator[pa.Table]:
+    def _sorted_stream(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Table]:
         import duckdb
 
+        failed: list[BaseException] = []
+
         def conformed() -> Iterator[pa.RecordBatch]:
-            for batch in batches:
-                yield from conform_table(pa.Table.from_batches([batch]), self.schema).to_batches()
+            try:
+                for batch in batches:
+                    table = conform_table(pa.Table.from_batches([batch]), self.schema)
+                    yield from table.to_batches()
+            except BaseException as e:
+                failed.append(e)  # DuckDB would hand it back as text in its own error
+                raise
 
         spill = tempfile.mkdtemp(prefix="deltamv-sort-")
-        con = duckdb.connect(config={"memory_limit": memory_limit, "temp_directory": spill})
+        con = duckdb.connect(
+            config={"memory_limit": self.sort_memory_limit, "temp_directory": spill}
+        )
         try:
             reader = pa.RecordBatchReader.from_batches(self.schema, conformed())
             con.register("data", reader)
@@ -186,6 +196,13 @@ class KeyRangeLayout:
             for batch in result.to_arrow_reader(_STREAM_BATCH_ROWS):
                 if batch.num_rows:
                     yield pa.Table.from_batches([batch]).cast(self.schema)
+        except duckdb.Error as e:
+            if failed:
+                raise failed[0] from None
+            if isinstance(e, duckdb.IOException | duckdb.OutOfMemoryException):
+                text = " ".join(str(e).split())[:300]
+                raise StorageError(f"sorting rows in {spill} failed: {text}") from e
+            raise
         finally:
             con.close()
             shutil.rmtree(spill, ignore_errors=True)
@@ -383,12 +400,30 @@ class KeyRangeLayout:
             )
         return rewrites
 
-    def rewrite(self, handle: DeltaTableHandle, job: Rewrite) -> list[pa.Table]:
-        """The contents of the files that replace ``job.files`` once its change is applied."""
+    def rewrite(self, handle: DeltaTableHandle, job: Rewrite) -> Iterator[pa.Table]:
+        """The contents of the files that replace ``job.files`` once its change is applied.
+
+        A group of files holding more than ``in_memory_rows`` rows (a key with very many
+        rows, or files written in no key order) is read file by file and re-sorted with
+        bounded memory; StateError then comes after the files are read.
+        """
+        if sum(f.num_records for f in job.files) > self.in_memory_rows:
+            yield from self.arrange(self._applied(handle, job))
+            return
         parts = [self._read(handle, f.path) for f in job.files]
         existing = pa.concat_tables(parts) if parts else self.schema.empty_table()
         updated = apply(existing, job.change, key=self.key, table=handle.path)
-        return self.split(self.sort(updated), fill=job.fill)
+        yield from self.split(self.sort(updated), fill=job.fill)
+
+    def _applied(self, handle: DeltaTableHandle, job: Rewrite) -> Iterator[pa.RecordBatch]:
+        adds, removes = split_change(job.change)
+        owed = -removes.weights
+        for f in job.files:
+            kept, owed = remove_owed(self._read(handle, f.path), removes, owed, key=self.key)
+            yield from kept.to_batches()
+        check_nothing_owed(removes, owed, table=handle.path)
+        if len(adds):
+            yield from adds.expanded().to_batches()
 
     def _read(self, handle: DeltaTableHandle, path: str) -> pa.Table:
         fs, location = handle.file_location(path)

@@ -107,8 +107,12 @@ class TableSink:
         self._schema = schema
         self._app_id = app_id
         self._metadata = dict(metadata)
-        self._layout = KeyRangeLayout(schema, layout, target_file_rows=target_file_rows)
-        self._sort_memory_limit = sort_memory_limit
+        self._layout = KeyRangeLayout(
+            schema,
+            layout,
+            target_file_rows=target_file_rows,
+            sort_memory_limit=sort_memory_limit,
+        )
         self._handle = handle if handle is not None else DeltaTableHandle(path)
 
     @property
@@ -237,7 +241,7 @@ class TableSink:
         if isinstance(change, NoChange):
             return []
         if isinstance(change, Replace):
-            for contents in self._layout.arrange(change.data, memory_limit=self._sort_memory_limit):
+            for contents in self._layout.arrange(change.data):
                 self._write_file(contents, prefix, written)
             return list(handle.files())
         zset = consolidate(change.rows, self._schema)
