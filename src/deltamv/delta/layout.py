@@ -22,7 +22,13 @@ Arrow and located with ``numpy.searchsorted``.
 Sizing: a rewritten group of files is re-chunked into ceil(rows / target) files of even
 size, cut at key boundaries; when the change appends keys beyond the table's last file,
 that file's group is filled greedily instead (full files, the remainder last), so a table
-that grows at its end keeps full files. Files untouched by a change are never rewritten, nor merged when they shrink.
+that grows at its end keeps full files. Files untouched by a change are never rewritten,
+nor merged when they shrink.
+
+Memory: a group of files is rewritten in memory when it holds at most ``in_memory_rows``
+rows (4 files' worth by default); a larger group (one key with very many rows, or files
+another engine wrote in no key order) is read file by file and sorted by DuckDB within
+``sort_memory_limit``, spilling to a temporary folder, as a Replace given batches is.
 """
 
 from __future__ import annotations

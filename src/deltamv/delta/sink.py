@@ -84,7 +84,8 @@ class TableSink:
     ``layout`` names the columns the table's files are sorted by; the first one ranges
     the files (:class:`~deltamv.delta.layout.KeyRangeLayout`). ``metadata`` goes into
     every commit's info (say ``deltamv.job``); ``app_id`` is the app transaction id.
-    A sink holds one :class:`~deltamv.delta.table.DeltaTableHandle` (pass ``handle`` to
+    ``sort_memory_limit`` bounds DuckDB's sort of a Replace given as batches and of large
+    rewrites (beyond it the sort spills to a temporary folder). A sink holds one :class:`~deltamv.delta.table.DeltaTableHandle` (pass ``handle`` to
     share one) and is not thread-safe. Only one sink should write a table at a time;
     commits never retry over another writer.
     """
@@ -188,29 +189,14 @@ class TableSink:
         written: list[DataFile] = []
         try:
             removed = self._write(change, app_version, written)
-            now = _now_ms()
-            adds = [AddAction(f.path, f.size, {}, now, True, f.stats) for f in written]
-            if current is None:
-                self._create(adds, properties)
-                version = 0
-            else:
-                removes = [RemoveAction(f.path, True, now, f.size, {}) for f in removed]
-                with translate_errors(self._path):
-                    handle.delta_table().create_write_transaction(
-                        [*removes, *adds],
-                        mode="append",
-                        schema=self._schema,
-                        commit_properties=properties,
-                    )
-                # With no retries a successful commit is the version after the one read.
-                version = current + 1
+            version = self._commit(current, written, removed, properties)
         except CommitConflictError as e:
             self._discard(written)
             handle.reload()
             done = handle.transaction_version(self._app_id)
             latest = handle.version()
             if latest is not None and done is not None and done >= app_version:
-                return CommitResult(latest, skipped=True)
+                return CommitResult(latest, skipped=True)  # a replay of ours got there first
             if current is None:
                 raise CommitConflictError(
                     f"table {self._path} was created by another writer while job {job}"
@@ -268,25 +254,44 @@ class TableSink:
         (data_file,) = files
         self._layout.remember(self._handle, data_file.path, contents)
 
-    def _create(self, adds: list[AddAction], properties: CommitProperties) -> None:
-        try:
-            with translate_errors(self._path):
-                create_table_with_add_actions(
-                    self._handle.uri,
-                    DeltaSchema.from_arrow(self._schema),
-                    adds,
-                    mode="error",
-                    commit_properties=properties,
-                )
-        except DeltaMVError as e:
-            # delta-rs reports "a table already exists" as a generic error: if a table is
-            # there now, another writer created it between our look and our commit.
-            self._handle.reload()
-            if self._handle.exists():
-                raise CommitConflictError(
-                    f"table {self._path} was created by another writer while this job created it"
-                ) from e
-            raise
+    def _commit(
+        self,
+        current: int | None,
+        written: list[DataFile],
+        removed: list[TableFile],
+        properties: CommitProperties,
+    ) -> int:
+        """One Delta commit of the files written and removed; the version it made."""
+        now = _now_ms()
+        adds = [AddAction(f.path, f.size, {}, now, True, f.stats) for f in written]
+        if current is None:
+            try:
+                with translate_errors(self._path):
+                    create_table_with_add_actions(
+                        self._handle.uri,
+                        DeltaSchema.from_arrow(self._schema),
+                        adds,
+                        mode="error",
+                        commit_properties=properties,
+                    )
+            except DeltaMVError as e:
+                # delta-rs reports "a table already exists" as a generic error: if a table
+                # is there now, another writer created it between our look and our commit.
+                self._handle.reload()
+                if self._handle.exists():
+                    raise CommitConflictError(f"table {self._path} was created meanwhile") from e
+                raise
+            return 0
+        removes = [RemoveAction(f.path, True, now, f.size, {}) for f in removed]
+        with translate_errors(self._path):
+            self._handle.delta_table().create_write_transaction(
+                [*removes, *adds],
+                mode="append",
+                schema=self._schema,
+                commit_properties=properties,
+            )
+        # With no retries a successful commit is the version after the one read.
+        return current + 1
 
     def _discard(self, written: list[DataFile]) -> None:
         """Delete files this attempt wrote; a leftover is an orphan VACUUM removes."""
