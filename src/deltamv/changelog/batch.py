@@ -369,6 +369,7 @@ class _Candidate:
 
 
 _GROUP_BYTES = 4 << 20  # bytes per pyarrow.json call: cache-friendly, bounded tables
+_MAX_DEPTH = 200
 
 
 def _fast_jsonl(plan: _Plan, shared: bytearray, loaded: Sequence[_Loaded]) -> Iterator[_Piece]:
@@ -436,6 +437,15 @@ def _prescreen(shared: bytearray, start: int, end: int, decimals: bool) -> np.nd
         # pyarrow reads the decimal string "1e+-2" as 0.01; Python's rules refuse it.
         plus = np.flatnonzero(a == 43)
         if len(plus) and (a[plus + 1] == 45).any():
+            return None
+    # pyarrow crashes the process on JSON nested some 10,000 deep (Python's json stops
+    # near 1,000 with RecursionError): a line with more brackets than _MAX_DEPTH goes
+    # to the reference path. A line shorter than twice that cannot nest deeper.
+    ends = nl + start
+    for k in np.flatnonzero(np.diff(nl, prepend=-1) > 2 * _MAX_DEPTH):
+        begin = int(ends[k - 1]) + 1 if k else start
+        brackets = shared.count(b"[", begin, int(ends[k])) + shared.count(b"{", begin, int(ends[k]))
+        if brackets > _MAX_DEPTH:
             return None
     return nl
 
