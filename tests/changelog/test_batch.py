@@ -125,14 +125,16 @@ def test_any_valid_log_matches_the_reference(
 
 @SETTINGS
 @given(st.lists(segment_strategy(2, clean=True), min_size=1, max_size=3))
-def test_clean_parquet_matches_the_reference(
+def test_clean_parquet_takes_the_fast_path_and_matches_the_reference(
     tmp_path: Path, segments: list[list[dict[str, Any]]]
 ) -> None:
     root = _fresh(tmp_path)
     paths = [
-        write_parquet(root / "region-2" / f"{i:06d}.parquet", evs) for i, evs in enumerate(segments)
+        write_parquet(root / "region-2" / f"{i:06d}.parquet", evs, spaced=i % 2 == 1)
+        for i, evs in enumerate(segments)
     ]
-    check_same([segment_of(p) for p in paths])
+    _, stats = check_same([segment_of(p) for p in paths])
+    assert stats.reference_segments == 0, stats.reference_files
 
 
 def test_empty_segments_and_empty_batch(tmp_path: Path) -> None:

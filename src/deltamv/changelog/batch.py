@@ -48,6 +48,7 @@ from deltamv.changelog.events import (
     ROLLBACK,
 )
 from deltamv.changelog.format import (
+    _PARQUET_KINDS,
     _SCAN_DECIMAL,
     _SCAN_FLOAT,
     RowValueError,
@@ -683,6 +684,11 @@ class _Columns:
         return np.asarray(pc.fill_null(codes, -1).to_numpy(zero_copy_only=False), np.int64)
 
 
+def _np_mask(mask: pa.Array) -> np.ndarray:
+    """A boolean array as numpy, null as False."""
+    return np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
 def _valid(arr: pa.Array) -> np.ndarray:
     if arr.null_count == 0:
         return np.ones(len(arr), dtype=bool)
@@ -759,7 +765,7 @@ def _present_null(texts: pa.Array, names: Sequence[str]) -> np.ndarray:
     false alarm (the text in a string), never a miss (a key with an escape sequence is
     always a match).
     """
-    has_null = np.asarray(pc.match_substring(texts, "null"), dtype=bool)
+    has_null = _np_mask(pc.match_substring(texts, "null"))
     hits = np.zeros(len(texts), dtype=bool)
     if not has_null.any():
         return hits
@@ -768,7 +774,7 @@ def _present_null(texts: pa.Array, names: Sequence[str]) -> np.ndarray:
     keys = "|".join(_re2_literal(json.dumps(n, ensure_ascii=False)[1:-1]) for n in names)
     named = pc.match_substring_regex(sub, f'"(?:{keys})"\\s*:\\s*null')
     escaped = pc.match_substring_regex(sub, _ESCAPED_KEY)
-    hits[idx] = np.asarray(pc.or_(named, escaped), dtype=bool)
+    hits[idx] = _np_mask(pc.or_(named, escaped))
     return hits
 
 
@@ -788,7 +794,89 @@ def _rebase(values: pa.Table, shift: int) -> pa.Table:
 
 
 def _fast_parquet(plan: _Plan, item: _Loaded) -> _Piece | None:
-    return None  # the reference path, for now
+    """The piece for a Parquet segment the fast path accepts, else None.
+
+    The top-level columns are checked as the reference path checks them (present,
+    of an accepted type) and widened to the JSON reader's types; JSON-text ``value`` and
+    ``old_value`` columns are parsed by pyarrow's JSON reader, one text per line. A
+    struct-typed ``value`` or ``old_value`` is left to the reference path.
+    """
+    assert item.data is not None
+    try:
+        table = pq.read_table(pa.BufferReader(item.data))
+    except (OSError, pa.ArrowException):
+        return None
+    names = set(table.column_names)
+    if not {"region", "type"} <= names:
+        return None
+    n = table.num_rows
+    columns: dict[str, pa.Array] = {}
+    texts: dict[str, pa.Array] = {}
+    try:
+        for field in plan.json_schema:
+            if field.name not in names:
+                columns[field.name] = pa.nulls(n, field.type)
+                continue
+            column = table.column(field.name)
+            column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            if not _PARQUET_KINDS[field.name](column.type):
+                return None
+            if field.name in ("value", "old_value"):
+                if pa.types.is_struct(column.type):
+                    return None
+                column = column.cast(pa.string())
+                column.validate(full=True)  # UTF-8
+                texts[field.name] = column
+                parsed = _parse_texts(plan, column, field.type)
+                if parsed is None:
+                    return None
+                column = parsed
+            else:
+                column = column.cast(field.type)  # safe: an unsigned id above 2**63 fails
+            columns[field.name] = column
+    except (pa.ArrowException, ValueError):
+        return None
+    raw = pa.Table.from_arrays(list(columns.values()), names=list(columns))
+    candidate = _Candidate(item, np.arange(n, dtype=np.int64))
+    pieces = list(_check_group(plan, [candidate], raw, _ParquetSource(texts)))
+    return pieces[0] if pieces else None
+
+
+def _parse_texts(plan: _Plan, texts: pa.Array, row_type: pa.DataType) -> pa.Array | None:
+    """JSON object texts (null stays null) as a struct array of ``row_type``'s fields."""
+    n = len(texts)
+    filled = pc.fill_null(texts, "{}")
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), filled), "\n")
+    data = bytearray(joined[0].as_buffer().to_pybytes() + b"\n" if n else b"")
+    newlines = _prescreen(data, 0, len(data), plan.decimals)
+    if newlines is None or len(newlines) != n:
+        return None  # a text that is not one JSON object on one line
+    if n == 0:
+        return pa.nulls(0, row_type)
+    parsed = _read_json(pa.py_buffer(data), pa.schema(list(row_type)))
+    if parsed is None or parsed.num_rows != n:
+        return None
+    children = [c.combine_chunks() for c in parsed.columns]
+    return pa.StructArray.from_arrays(children, fields=list(parsed.schema), mask=pc.is_null(texts))
+
+
+class _ParquetSource:
+    """The JSON texts behind one Parquet segment's values (see _check_group)."""
+
+    def __init__(self, texts: Mapping[str, pa.Array]) -> None:
+        self.values = texts.get("value")
+        self.all = [t for t in texts.values()]
+
+    def texts(self, rows: np.ndarray) -> pa.Array:
+        assert self.values is not None
+        return self.values.take(pa.array(rows))
+
+    def has_null(self) -> bool:
+        return any(pc.any(pc.match_substring(t, "null")).as_py() for t in self.all)
+
+    def contains(self, needle: bytes) -> np.ndarray:
+        text = needle.decode()
+        return np.array([any(pc.any(pc.match_substring(t, text)).as_py() for t in self.all)])
 
 
 # ---------------------------------------------------------------------------
