@@ -4,6 +4,9 @@ The source parses and validates segment files (``format.py``) into record batche
 :data:`EVENT_SCHEMA`; the pipeline consumes only these. ``value`` and ``old_value``
 stay JSON text (validated against the table's schema, normalised), so rows of every
 table share one schema; they become typed columns when written to a mirror.
+
+The driver-side parser (``batch.py``) hands out :data:`CONTROL_SCHEMA` events instead,
+with each table's row values as typed Arrow columns beside them.
 """
 
 from __future__ import annotations
@@ -56,3 +59,26 @@ EVENT_DDL: Final = (
     "key STRING, op STRING, value STRING, old_value STRING, start_key STRING, end_key STRING, "
     "parents ARRAY<BIGINT>, `primary` STRING, large BOOLEAN"
 )
+
+CONTROL_SCHEMA: Final = pa.schema(
+    [
+        pa.field("file", pa.int32(), nullable=False),  # index into EventBatch.files
+        pa.field("line", pa.int64(), nullable=False),  # 1-based line (row index + 1 in Parquet)
+        pa.field("region", pa.int64(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("start_ts", pa.int64()),
+        pa.field("commit_ts", pa.int64()),
+        pa.field("ts", pa.int64()),
+        pa.field("table", pa.string()),
+        pa.field("key", pa.string()),
+        pa.field("op", pa.string()),
+        pa.field("start_key", pa.string()),
+        pa.field("end_key", pa.string()),
+        pa.field("parents", pa.list_(pa.int64())),
+        pa.field("primary", pa.string()),
+        pa.field("large", pa.bool_()),
+    ]
+)
+"""The events of a driver-side :class:`~deltamv.changelog.batch.EventBatch`: EVENT_SCHEMA
+without the row values, which travel typed, per table, beside it."""

@@ -48,6 +48,7 @@ __all__ = [
     "normalise_value",
     "read_json_lines",
     "read_segment",
+    "read_segment_data",
     "rows_to_arrow",
     "table_validators",
     "values_to_arrow",
@@ -431,11 +432,29 @@ def read_segment(
     None, reason) when the file as a whole cannot be read (e.g. a Parquet segment with
     a wrong schema).
     """
+    if segment.fmt == "parquet":
+        validators = _as_validators(tables)
+        with _gc_paused():
+            return _read_parquet(segment, validators, segment.path)
+    return read_segment_data(segment, _read_file(segment.path), tables)
+
+
+def read_segment_data(
+    segment: Segment,
+    data: bytes,
+    tables: Mapping[str, TableSchema] | Mapping[str, _TableValidator],
+) -> pa.Table:
+    """:func:`read_segment` over the segment's bytes, already read by the caller.
+
+    Same checks, same rows, same errors, as long as ``data`` holds the file's bytes; the
+    one difference is a Parquet file that cannot be opened at all, whose reason names
+    ``<Buffer>`` instead of the path (callers wanting the exact text re-read the path).
+    """
     validators = _as_validators(tables)
     with _gc_paused():
         if segment.fmt == "jsonl":
-            return _read_jsonl(segment, validators)
-        return _read_parquet(segment, validators)
+            return _read_jsonl(segment, _text_lines(segment.path, data), validators)
+        return _read_parquet(segment, validators, pa.BufferReader(data))
 
 
 @contextlib.contextmanager
@@ -459,13 +478,21 @@ def _as_validators(
     return table_validators(tables)  # type: ignore[arg-type]
 
 
-def _file_lines(path: str) -> list[str]:
-    """The lines of a UTF-8 text file, without the last line's trailing newline."""
+def _read_file(path: str) -> bytes:
     try:
         with open(path, "rb") as f:
-            raw = f.read()
+            return f.read()
     except OSError as e:
         raise BadRecordError(path, None, f"cannot read file: {e.strerror or e}") from None
+
+
+def _file_lines(path: str) -> list[str]:
+    """The lines of a UTF-8 text file, without the last line's trailing newline."""
+    return _text_lines(path, _read_file(path))
+
+
+def _text_lines(path: str, raw: bytes) -> list[str]:
+    """The lines of a file's bytes (UTF-8), without the last line's trailing newline."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -477,9 +504,10 @@ def _file_lines(path: str) -> list[str]:
     return lines
 
 
-def _read_jsonl(segment: Segment, validators: Mapping[str, _TableValidator]) -> pa.Table:
+def _read_jsonl(
+    segment: Segment, lines: list[str], validators: Mapping[str, _TableValidator]
+) -> pa.Table:
     path = segment.path
-    lines = _file_lines(path)
     scan = _SCAN_DECIMAL if _needs_decimal(validators) else _SCAN_FLOAT
     cols = _Columns(validators, segment.region)
     add = cols.add
@@ -557,10 +585,12 @@ _PARQUET_KINDS: dict[str, Callable[[pa.DataType], bool]] = {
 }
 
 
-def _read_parquet(segment: Segment, validators: Mapping[str, _TableValidator]) -> pa.Table:
+def _read_parquet(
+    segment: Segment, validators: Mapping[str, _TableValidator], source: str | pa.NativeFile
+) -> pa.Table:
     path = segment.path
     try:
-        table = pq.read_table(path)
+        table = pq.read_table(source)
     except (OSError, pa.ArrowException) as e:
         raise BadRecordError(path, None, f"not a readable Parquet file: {_one_line(e)}") from None
     for required in ("region", "type"):
