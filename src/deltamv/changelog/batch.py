@@ -148,7 +148,7 @@ def parse_segments(
     ``stats``, when given, is filled in with the path each segment took.
     """
     plan = _plan(tuple(tables.items()), tuple((t, tuple(c)) for t, c in primary_keys.items()))
-    shared, loaded = _load(segments)
+    shared, loaded = _load(segments, plan)
     pieces: dict[int, _Piece] = {}
     if plan.fast:
         for piece in _fast_jsonl(plan, shared, loaded):
@@ -194,6 +194,7 @@ class _Plan:
     union: dict[str, pa.DataType]  # every declared column name -> its parse type
     fast: bool  # False when two tables' columns of one name have different parse types
     decimals: bool
+    foreign: bool  # some table lacks a column another declares (see _present_null)
     json_schema: pa.Schema
     validators: Mapping[str, Any]
 
@@ -259,6 +260,7 @@ class _Plan:
             union,
             fast,
             bool(scales),
+            any(p.others for p in plans.values()),
             json_schema,
             table_validators(tables),
         )
@@ -287,15 +289,17 @@ class _Loaded:
     error: OSError | None = None
     start: int = -1  # where ``data`` sits in the shared JSONL buffer; -1: elsewhere
     end: int = -1  # the end of what the JSON reader sees: data, plus a newline if it lacks one
+    screen: _Screen | None = None  # the JSONL prescreen's verdict; None: not for the fast path
 
 
-def _load(segments: Sequence[Segment]) -> tuple[bytearray, list[_Loaded]]:
+def _load(segments: Sequence[Segment], plan: _Plan) -> tuple[bytearray, list[_Loaded]]:
     """Read every segment once, fingerprinting the bytes read.
 
     JSONL segments are read straight into one shared buffer, one after the other (with
     a newline after a file whose last line has none), so that runs of them can be
     parsed without copying; the sizes that buffer is planned with come from a stat
     before the read, and a file whose size changed in between gets its own buffer.
+    Each is prescreened right after its read, while its bytes are in the cache.
     """
     planned = [_planned_size(s) for s in segments]
     shared = bytearray(sum(planned) + len(segments))
@@ -323,6 +327,14 @@ def _load(segments: Sequence[Segment]) -> tuple[bytearray, list[_Loaded]]:
                             shared[offset + size] = 10
                             item.end += 1
                         offset = item.end
+                        if plan.fast:
+                            item.screen = _prescreen(
+                                shared,
+                                item.start,
+                                item.end,
+                                decimals=plan.decimals,
+                                nulls=plan.foreign,
+                            )
         except OSError as e:
             item.error = e
             continue
@@ -357,16 +369,21 @@ class _Piece:
 # JSON lines, fast
 
 
+@dataclass(frozen=True)
+class _Screen:
+    """What the prescreen found in a JSONL segment it lets through."""
+
+    newlines: np.ndarray  # positions of its newlines, from its start
+    has_null: bool  # the bytes "null" occur in it (see _present_null)
+
+
 @dataclass
 class _Candidate:
-    """A JSONL segment the prescreen let through."""
+    """A segment for the fast path and its line count (one row per line)."""
 
     item: _Loaded
-    newlines: np.ndarray  # positions of its newlines, from its start
-
-    @property
-    def lines(self) -> int:
-        return len(self.newlines)
+    lines: int
+    screen: _Screen | None = None
 
 
 _GROUP_BYTES = 4 << 20  # bytes per pyarrow.json call: cache-friendly, bounded tables
@@ -378,12 +395,9 @@ def _fast_jsonl(plan: _Plan, shared: bytearray, loaded: Sequence[_Loaded]) -> It
     runs: list[list[_Candidate]] = []
     previous: _Candidate | None = None
     for item in loaded:
-        if item.start < 0:
+        if item.screen is None:
             continue
-        newlines = _prescreen(shared, item.start, item.end, plan.decimals)
-        if newlines is None:
-            continue
-        c = _Candidate(item, newlines)
+        c = _Candidate(item, len(item.screen.newlines), item.screen)
         # Parse groups: consecutive segments, adjacent in the buffer, ~_GROUP_BYTES each.
         if (
             previous is None
@@ -418,12 +432,14 @@ def _parse_run(plan: _Plan, shared: bytearray, group: list[_Candidate]) -> Itera
         yield from _parse_run(plan, shared, group[mid:])
 
 
-def _prescreen(shared: bytearray, start: int, end: int, decimals: bool) -> np.ndarray | None:
-    """The newline positions of a segment's bytes (ending with a newline), when each of
-    its lines looks like one JSON object: valid UTF-8, first and last non-blank bytes
-    ``{`` and ``}``. None sends the segment to the reference path."""
+def _prescreen(
+    shared: bytearray, start: int, end: int, *, decimals: bool, nulls: bool
+) -> _Screen | None:
+    """A segment's newlines (its bytes end with one), when each of its lines looks like
+    one JSON object: valid UTF-8, first and last non-blank bytes ``{`` and ``}``, no
+    deep nesting, no decimal text pyarrow reads otherwise. None: the reference path."""
     if start == end:
-        return np.zeros(0, np.int64)
+        return _Screen(np.zeros(0, np.int64), False)
     view = memoryview(shared)[start:end]
     try:
         codecs.utf_8_decode(view, "strict", True)
@@ -442,13 +458,14 @@ def _prescreen(shared: bytearray, start: int, end: int, decimals: bool) -> np.nd
     # pyarrow crashes the process on JSON nested some 10,000 deep (Python's json stops
     # near 1,000 with RecursionError): a line with more brackets than _MAX_DEPTH goes
     # to the reference path. A line shorter than twice that cannot nest deeper.
-    ends = nl + start
-    for k in np.flatnonzero(np.diff(nl, prepend=-1) > 2 * _MAX_DEPTH):
-        begin = int(ends[k - 1]) + 1 if k else start
-        brackets = shared.count(b"[", begin, int(ends[k])) + shared.count(b"{", begin, int(ends[k]))
-        if brackets > _MAX_DEPTH:
-            return None
-    return nl
+    if nl[0] > 2 * _MAX_DEPTH or (len(nl) > 1 and (nl[1:] - nl[:-1]).max() > 2 * _MAX_DEPTH):
+        ends = nl + start
+        for k in np.flatnonzero(np.diff(nl, prepend=-1) > 2 * _MAX_DEPTH):
+            b, e = (int(ends[k - 1]) + 1 if k else start), int(ends[k])
+            if shared.count(b"[", b, e) + shared.count(b"{", b, e) > _MAX_DEPTH:
+                return None
+    has_null = nulls and _NULL.search(shared, start, end) is not None
+    return _Screen(nl, has_null)
 
 
 _BAD_START = re.compile(rb"(?:\A|\n)[ \t\r]*(?:[^{ \t\r]|\Z)")
@@ -490,7 +507,11 @@ class _JsonlSource:
         if self._lines is None:
             offsets = np.concatenate(
                 [np.zeros(1, np.int64)]
-                + [c.newlines + (c.item.start - self.begin + 1) for c in self.group]
+                + [
+                    c.screen.newlines + (c.item.start - self.begin + 1)
+                    for c in self.group
+                    if c.screen
+                ]
             )
             data = pa.py_buffer(self.shared).slice(self.begin, self.end - self.begin)
             self._lines = pa.Array.from_buffers(
@@ -499,7 +520,7 @@ class _JsonlSource:
         return self._lines.take(pa.array(rows))
 
     def has_null(self) -> bool:
-        return _NULL.search(self.shared, self.begin, self.end) is not None
+        return any(c.screen is not None and c.screen.has_null for c in self.group)
 
     def contains(self, needle: bytes) -> np.ndarray:
         """Per segment of the group: whether its bytes contain ``needle``."""
@@ -837,7 +858,7 @@ def _fast_parquet(plan: _Plan, item: _Loaded) -> _Piece | None:
     except (pa.ArrowException, ValueError):
         return None
     raw = pa.Table.from_arrays(list(columns.values()), names=list(columns))
-    candidate = _Candidate(item, np.arange(n, dtype=np.int64))
+    candidate = _Candidate(item, n)
     pieces = list(_check_group(plan, [candidate], raw, _ParquetSource(texts)))
     return pieces[0] if pieces else None
 
@@ -848,8 +869,8 @@ def _parse_texts(plan: _Plan, texts: pa.Array, row_type: pa.DataType) -> pa.Arra
     filled = pc.fill_null(texts, "{}")
     joined = pc.binary_join(pa.ListArray.from_arrays(pa.array([0, n], pa.int32()), filled), "\n")
     data = bytearray(joined[0].as_buffer().to_pybytes() + b"\n" if n else b"")
-    newlines = _prescreen(data, 0, len(data), plan.decimals)
-    if newlines is None or len(newlines) != n:
+    screen = _prescreen(data, 0, len(data), decimals=plan.decimals, nulls=False)
+    if screen is None or len(screen.newlines) != n:
         return None  # a text that is not one JSON object on one line
     if n == 0:
         return pa.nulls(0, row_type)
@@ -877,6 +898,39 @@ class _ParquetSource:
     def contains(self, needle: bytes) -> np.ndarray:
         text = needle.decode()
         return np.array([any(pc.any(pc.match_substring(t, text)).as_py() for t in self.all)])
+
+
+# ---------------------------------------------------------------------------
+# Rows of one table (snapshot files)
+
+
+def _table_rows(data: bytearray, schema: TableSchema) -> pa.Table | None:
+    """One table's rows from JSON lines (``data`` ends with a newline), typed as
+    ``schema.to_arrow()``, when the fast path vouches that ``format``'s validator and
+    ``rows_to_arrow`` give exactly these rows; None when it cannot (the caller then asks
+    the reference path, which also names any bad record)."""
+    decimals = any(c.kind == "decimal" for c in schema.columns)
+    screen = _prescreen(data, 0, len(data), decimals=decimals, nulls=False)
+    if screen is None:
+        return None
+    n = len(screen.newlines)
+    target = schema.to_arrow()
+    if n == 0:
+        return target.empty_table()
+    json_schema = pa.schema([(c.name, parse_type(c)) for c in schema.columns])
+    parsed = _read_json(pa.py_buffer(data), json_schema)
+    # A column pyarrow had to infer is one the table does not declare: an error (even
+    # with null), for the reference path to name.
+    if parsed is None or parsed.num_rows != n or parsed.schema.names != json_schema.names:
+        return None
+    arrays = []
+    for col, column in zip(schema.columns, parsed.columns, strict=True):
+        arr = column.combine_chunks()
+        checked = check_column(arr, col)
+        if checked.bad.any() or checked.undecided.any() or (not col.nullable and arr.null_count):
+            return None
+        arrays.append(checked.values)
+    return pa.Table.from_arrays(arrays, schema=target)
 
 
 # ---------------------------------------------------------------------------
