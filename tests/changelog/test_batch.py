@@ -582,3 +582,26 @@ def test_column_texts_like_the_reference(tmp_path: Path, column: str, data: st.D
     for p in paths:
         check_same([segment_of(p)])
     check_same([segment_of(p) for p in paths])
+
+
+# ---------------------------------------------------------------------------
+# Simulated upstreams: every workload, JSONL and Parquet, splits and a snapshot
+
+
+@pytest.mark.parametrize(
+    ("workload", "fmt"), [("bank", "mixed"), ("orders", "jsonl"), ("authors", "parquet")]
+)
+def test_simulated_logs_take_the_fast_path(tmp_path: Path, workload: str, fmt: str) -> None:
+    from deltamv.changelog.segments import list_segments
+    from deltamv.config import load_config
+    from deltamv.sim import simulate
+
+    out = tmp_path / workload
+    simulate(workload, out, seed=3, txns=300, splits=2, format=fmt, segment_events=200)
+    config = load_config(out / "config.toml")
+    tables = {n: t.schema for n, t in config.tables.items()}
+    keys = {n: list(t.primary_key) for n, t in config.tables.items()}
+    segments = [s for segs in list_segments(str(out / "changelog")).values() for s in segs]
+    batch, stats = check_same(segments, tables, keys)
+    assert batch is not None and batch.events.num_rows > 1000
+    assert stats.reference_segments == 0, stats.reference_files
