@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from deltamv.changelog._fast import table_rows
 from deltamv.changelog.format import (
     RowValueError,
     read_json_lines,
@@ -170,7 +171,6 @@ _CHUNK_BYTES = 4 << 20
 
 
 def _iter_jsonl(path: str, schema: TableSchema, batch_rows: int) -> Iterator[pa.RecordBatch]:
-    from deltamv.changelog.batch import _table_rows
 
     done = 0  # rows yielded so far
     try:
@@ -193,7 +193,7 @@ def _iter_jsonl(path: str, schema: TableSchema, batch_rows: int) -> Iterator[pa.
             elif data and not data.endswith(b"\n"):
                 data += b"\n"
             if data:
-                rows = _table_rows(data, schema)
+                rows = table_rows(data, schema)
                 if rows is None:
                     # The reference path decides, over the whole file (and raises if bad).
                     yield from _rest(read_snapshot_file(path, schema), done, batch_rows)
