@@ -472,7 +472,7 @@ def fast_parquet(plan: Plan, item: Loaded) -> Piece | None:
     except (OSError, pa.ArrowException):
         return None
     names = set(table.column_names)
-    if not {"region", "type"} <= names:
+    if not {"region", "type"} <= names or len(names) != table.num_columns:
         return None
     n = table.num_rows
     columns: dict[str, pa.Array] = {}
@@ -498,6 +498,8 @@ def fast_parquet(plan: Plan, item: Loaded) -> Piece | None:
                 column = parsed
             else:
                 column = column.cast(field.type)  # safe: an unsigned id above 2**63 fails
+                if pa.types.is_string(field.type):
+                    column.validate(full=True)  # UTF-8
             columns[field.name] = column
     except (pa.ArrowException, ValueError):
         return None
