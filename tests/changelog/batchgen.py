@@ -44,7 +44,7 @@ TABLES = {
         "at TIMESTAMP, bin BINARY"
     ),
     "other": TableSchema.from_ddl(
-        "id BIGINT, name STRING NOT NULL, amount DECIMAL(12,3), at TIMESTAMP, tag STRING"
+        "id BIGINT, name STRING NOT NULL, amount DECIMAL(12,3), at TIMESTAMP, the_tag STRING"
     ),
     "keyed": TableSchema.from_ddl("day DATE NOT NULL, at TIMESTAMP, code BINARY, f FLOAT"),
 }

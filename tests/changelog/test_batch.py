@@ -170,7 +170,7 @@ def test_values_are_typed_per_table_with_old_keys(tmp_path: Path) -> None:
         "name",
         "amount",
         "at",
-        "tag",
+        "the_tag",
         "__old_id",
         "__old_name",
     ]
@@ -322,10 +322,10 @@ MUTATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "end_key number": _set("end_key", 1),
     "undeclared column": _in_value("colour", "red"),
     "undeclared column null": _in_value("colour", None),
-    "other table's column": _in_value("tag", "x"),
-    "other table's column null": _in_value("tag", None),
+    "other table's column": _in_value("the_tag", "x"),
+    "other table's column null": _in_value("the_tag", None),
     "other table's column null, escaped": _text(
-        lambda line: line.replace('"value": {', '"value": {"\\u0074ag": null, ', 1)
+        lambda line: line.replace('"value": {', '"value": {"\\u0074he_tag": null, ', 1)
     ),
     "other table's column null, spaced": _text(
         lambda line: line.replace('"value": {', '"value": {"i8" :  null , ', 1)
@@ -531,7 +531,7 @@ def test_many_segments_with_one_bad_fall_back_alone(tmp_path: Path) -> None:
     lines = [dumps(e) for e in _BASES]
     paths = [write_jsonl(tmp_path / "region-1" / f"{i}.jsonl", lines) for i in range(9)]
     paths[4].write_text(
-        "\n".join([*lines, dumps({**_BASES[0], "value": {"id": 1, "tag": None}})]) + "\n"
+        "\n".join([*lines, dumps({**_BASES[0], "value": {"id": 1, "the_tag": None}})]) + "\n"
     )
     paths.append(write_jsonl(tmp_path / "region-1" / "99.jsonl", lines))
     stats = ParseStats()
