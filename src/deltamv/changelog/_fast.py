@@ -430,13 +430,15 @@ def _present_null(texts: pa.Array, names: Sequence[str]) -> np.ndarray:
     false alarm (the text in a string), never a miss (a key with an escape sequence is
     always a match).
     """
-    has_null = _np_mask(pc.match_substring(texts, "null"))
-    hits = np.zeros(len(texts), dtype=bool)
-    if not has_null.any():
-        return hits
-    idx = np.flatnonzero(has_null)
-    sub = texts.take(pa.array(idx))
     keys = "|".join(_re2_literal(json.dumps(n, ensure_ascii=False)[1:-1]) for n in names)
+    # One pass for the candidates: a text naming a key of ``names`` literally, or holding
+    # a backslash (a key may be written with escapes); the exact checks run on those.
+    candidates = _np_mask(pc.match_substring_regex(texts, f'"(?:{keys})"|\\\\'))
+    hits = np.zeros(len(texts), dtype=bool)
+    if not candidates.any():
+        return hits
+    idx = np.flatnonzero(candidates)
+    sub = texts.take(pa.array(idx))
     named = pc.match_substring_regex(sub, f'"(?:{keys})"\\s*:\\s*null')
     escaped = pc.match_substring_regex(sub, _ESCAPED_KEY)
     hits[idx] = _np_mask(pc.or_(named, escaped))
