@@ -5,6 +5,10 @@ Parses every segment of a simulated bank log (``deltamv simulate bank --txns 130
 events/s and MB/s for:
 
 - ``fast``: ``parse_segments`` (read + fingerprint + parse + validate + typed values);
+- ``pyarrow.json``: ``pyarrow.json.read_json`` alone over the same bytes, concatenated
+  per group, with the fast path's explicit schema: no reading, hashing or checks. The
+  floor the fast path is measured against (the machine's speed drifts; this row drifts
+  with it);
 - ``reference``: ``format.read_segment`` per segment (what the Spark executors run
   today), plus ``values_to_arrow`` over its value texts for the same typed values.
 
@@ -18,6 +22,7 @@ machine is shared. Never asserts a time.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import statistics
 import sys
@@ -27,8 +32,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import pyarrow.json as pj
 from _common import say, simulated
 
+from deltamv.changelog._plan import plan_for
 from deltamv.changelog.batch import ParseStats, parse_segments
 from deltamv.changelog.format import read_segment, values_to_arrow
 from deltamv.changelog.segments import Segment, list_segments
@@ -84,6 +91,26 @@ def main(argv: Sequence[str] | None = None) -> None:
         note = f"{stats.reference_segments} of {len(segments)} segments on the reference path"
         rows.append(("fast", group, events, cpu, wall, note))
         say(f"fast, groups of {group}: done")
+
+        plan = plan_for(tuple(tables.items()), tuple((t, tuple(c)) for t, c in keys.items()))
+        blobs = [b"".join(Path(s.path).read_bytes() for s in b) for b in batches]
+
+        def bare(blobs: list[bytes] = blobs) -> int:
+            n = 0
+            for blob in blobs:
+                table = pj.read_json(
+                    io.BytesIO(blob),
+                    read_options=pj.ReadOptions(use_threads=False, block_size=len(blob) + 1),
+                    parse_options=pj.ParseOptions(
+                        explicit_schema=plan.json_schema, unexpected_field_behavior="infer"
+                    ),
+                )
+                n += table.num_rows
+            return n
+
+        bare()
+        events, cpu, wall = _timed(bare, args.repeat)
+        rows.append(("pyarrow.json", group, events, cpu, wall, "read_json alone, same schema"))
 
     def reference() -> int:
         n = 0
