@@ -75,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     size = sum(os.path.getsize(s.path) for s in segments)
     say(f"{root}: {len(segments)} segments, {size / 2**20:.1f} MB")
 
+    plan = plan_for(tuple(tables.items()), tuple((t, tuple(c)) for t, c in keys.items()))
     rows: list[tuple[str, int, int, list[float], list[float], str]] = []
     load_before = os.getloadavg()
     for group in args.groups:
@@ -92,7 +93,6 @@ def main(argv: Sequence[str] | None = None) -> None:
         rows.append(("fast", group, events, cpu, wall, note))
         say(f"fast, groups of {group}: done")
 
-        plan = plan_for(tuple(tables.items()), tuple((t, tuple(c)) for t, c in keys.items()))
         blobs = [b"".join(Path(s.path).read_bytes() for s in b) for b in batches]
 
         def bare(blobs: list[bytes] = blobs) -> int:
