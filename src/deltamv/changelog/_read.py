@@ -150,11 +150,10 @@ def prescreen(
     # near 1,000 with RecursionError): a line with more brackets than _MAX_DEPTH goes
     # to the reference path. A line shorter than twice that cannot nest deeper.
     if nl[0] > 2 * _MAX_DEPTH or (len(nl) > 1 and (nl[1:] - nl[:-1]).max() > 2 * _MAX_DEPTH):
-        ends = nl + start
-        for k in np.flatnonzero(np.diff(nl, prepend=-1) > 2 * _MAX_DEPTH):
-            b, e = (int(ends[k - 1]) + 1 if k else start), int(ends[k])
-            if shared.count(b"[", b, e) + shared.count(b"{", b, e) > _MAX_DEPTH:
-                return None
+        opens = (a == 91) | (a == 123)  # "[" and "{", in strings too: an upper bound
+        starts = np.concatenate([np.zeros(1, np.int64), nl[:-1] + 1])
+        if (np.add.reduceat(opens, starts, dtype=np.int64) > _MAX_DEPTH).any():
+            return None
     has_null = nulls and _NULL.search(shared, start, end) is not None
     return Screen(nl, has_null)
 
