@@ -621,3 +621,27 @@ def test_simulated_logs_take_the_fast_path(tmp_path: Path, workload: str, fmt: s
     batch, stats = check_same(segments, tables, keys)
     assert batch is not None and batch.events.num_rows > 1000
     assert stats.reference_segments == 0, stats.reference_files
+
+
+def test_nesting_guard(tmp_path: Path) -> None:
+    """Long lines stay on the fast path; a line with more than 200 brackets (pyarrow
+    crashes on JSON nested ~10,000 deep) goes to the reference path, which raises
+    RecursionError near 1,000 like today."""
+    wide = {"region": 1, "type": "PREWRITE", "start_ts": 1, "table": "wide", "key": "k",
+            "op": "PUT", "value": {"id": 1, "s": "x" * 2000}}  # fmt: skip
+    braces = {**wide, "value": {"id": 1, "s": "{" * 300}}
+    deep = {"region": 1, "type": "RETIRED", "x": Raw("[" * 150 + "]" * 150)}
+    deeper = {"region": 1, "type": "RETIRED", "x": Raw("[" * 250 + "]" * 250)}
+    deepest = {"region": 1, "type": "RETIRED", "x": Raw("[" * 5000 + "]" * 5000)}
+    cases: list[tuple[list[dict[str, Any]], bool | None]] = [
+        ([wide, deep, wide], True),
+        ([wide, braces], False),
+        ([deeper], False),
+        ([wide, deepest], None),  # RecursionError from both (check_same compares them)
+    ]
+    for events, fast in cases:
+        root = _fresh(tmp_path)
+        path = write_jsonl(root / "region-1" / "1.jsonl", [dumps(e) for e in events])
+        _, stats = check_same([segment_of(path)])
+        if fast is not None:
+            assert (stats.reference_segments == 0) is fast
