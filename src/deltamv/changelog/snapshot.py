@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from deltamv.changelog._fast import table_rows
 from deltamv.changelog.format import (
     RowValueError,
     read_json_lines,
@@ -35,6 +36,8 @@ from deltamv.schema import TableSchema
 __all__ = [
     "SNAPSHOT_SOURCE_NAME",
     "SnapshotDataSource",
+    "iter_snapshot",
+    "read_snapshot_file",
     "read_snapshot_ts",
     "snapshot_arrow",
     "snapshot_files",
@@ -145,12 +148,100 @@ def _read_parquet(path: str, schema: TableSchema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=target)
 
 
+def iter_snapshot(
+    snapshot_dir: str, table: str, schema: TableSchema, *, batch_rows: int = 65_536
+) -> Iterator[pa.RecordBatch]:
+    """Every row of one table in the snapshot, as record batches of ``schema.to_arrow()``.
+
+    Files in :func:`snapshot_files` order, rows in file order: the same rows, and the
+    same BadRecordError, as :func:`read_snapshot_file` over each file; nothing needs
+    Spark. Memory is bounded by ``batch_rows`` rows (Parquet) or a few MB of text
+    (JSON lines), except for a JSON-lines file the fast path cannot vouch for, which is
+    read whole by the reference path, as :func:`read_snapshot_file` does. On an error,
+    batches of the same file may already have been yielded: discard them.
+    """
+    for path in snapshot_files(snapshot_dir, table):
+        if path.endswith(".jsonl"):
+            yield from _iter_jsonl(path, schema, batch_rows)
+        else:
+            yield from _iter_parquet(path, schema, batch_rows)
+
+
+_CHUNK_BYTES = 4 << 20
+
+
+def _iter_jsonl(path: str, schema: TableSchema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+
+    done = 0  # rows yielded so far
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - closed below, also on the way out of the generator
+    except OSError:
+        yield from _rest(read_snapshot_file(path, schema), done, batch_rows)  # raises
+        return
+    with f:
+        carry = b""
+        while True:
+            block = f.read(_CHUNK_BYTES)
+            data = bytearray(carry + block)
+            if block:
+                cut = data.rfind(b"\n") + 1
+                if cut == 0:
+                    carry = bytes(data)
+                    continue
+                carry = bytes(data[cut:])
+                del data[cut:]
+            elif data and not data.endswith(b"\n"):
+                data += b"\n"
+            if data:
+                rows = table_rows(data, schema)
+                if rows is None:
+                    # The reference path decides, over the whole file (and raises if bad).
+                    yield from _rest(read_snapshot_file(path, schema), done, batch_rows)
+                    return
+                yield from rows.to_batches(max_chunksize=batch_rows)
+                done += rows.num_rows
+            if not block:
+                return
+
+
+def _iter_parquet(path: str, schema: TableSchema, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    target = schema.to_arrow()
+    done = 0
+    try:
+        parquet = pq.ParquetFile(path)
+        names = parquet.schema_arrow.names
+        if any(target.get_field_index(n) < 0 for n in names) or any(
+            not f.nullable and f.name not in names for f in target
+        ):
+            raise ValueError("unknown or missing column")
+        for batch in parquet.iter_batches(batch_size=batch_rows):
+            arrays = []
+            for field in target:
+                if field.name not in batch.schema.names:
+                    arrays.append(pa.nulls(batch.num_rows, field.type))
+                    continue
+                column = batch.column(field.name).cast(field.type, safe=True)
+                if not field.nullable and column.null_count:
+                    raise ValueError("null in a NOT NULL column")
+                arrays.append(column)
+            yield pa.RecordBatch.from_arrays(arrays, schema=target)
+            done += batch.num_rows
+    except (OSError, ValueError, pa.ArrowException):
+        # read_snapshot_file says what is wrong, with the message it always gave.
+        yield from _rest(read_snapshot_file(path, schema), done, batch_rows)
+
+
+def _rest(table: pa.Table, done: int, batch_rows: int) -> Iterator[pa.RecordBatch]:
+    """The batches of ``table`` after its first ``done`` rows (already yielded)."""
+    yield from table.slice(done).to_batches(max_chunksize=batch_rows)
+
+
 def snapshot_arrow(snapshot_dir: str, tables: Mapping[str, TableSchema]) -> dict[str, pa.Table]:
     """Every declared table's snapshot rows as one Arrow table (in the driver's memory)."""
     out = {}
     for name, schema in tables.items():
-        parts = [read_snapshot_file(p, schema) for p in snapshot_files(snapshot_dir, name)]
-        out[name] = pa.concat_tables(parts) if parts else schema.to_arrow().empty_table()
+        batches = list(iter_snapshot(snapshot_dir, name, schema))
+        out[name] = pa.Table.from_batches(batches, schema=schema.to_arrow())
     return out
 
 
