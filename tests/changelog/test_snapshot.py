@@ -13,8 +13,8 @@ from chispa import assert_df_equality
 from pyspark.errors import PySparkException
 
 from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_arrow, snapshot_tables
-from deltamv.changelog.source import bad_record_from_exception
 from deltamv.errors import BadRecordError, DeltaMVError
+from deltamv.errors import unwire as bad_record_from_exception
 
 from .conftest import TABLES
 

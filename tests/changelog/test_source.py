@@ -12,12 +12,12 @@ from deltamv.changelog.events import EVENT_SCHEMA
 from deltamv.changelog.source import (
     SOURCE_NAME,
     ChangelogStreamReader,
-    bad_record_from_exception,
     read_events,
     register,
     tables_option,
 )
-from deltamv.errors import BadRecordError, ConfigError
+from deltamv.errors import BadRecordError, ConfigError, wire
+from deltamv.errors import unwire as bad_record_from_exception
 
 from .conftest import TABLES, commit, put, resolved, write_segment
 
@@ -177,7 +177,7 @@ def test_bad_options() -> None:
 def test_bad_record_from_wrapped_text() -> None:
     err = BadRecordError("/data/region-1/000001.jsonl", 7, 'unknown op "X"')
     wrapped = RuntimeError(
-        f"Job aborted.\nTraceback...\ndeltamv.errors.BadRecordError: {err}\n\tat x"
+        f"Job aborted.\nTraceback...\ndeltamv.errors.BadRecordError: {wire(err)}\n\tat x"
     )
     got = bad_record_from_exception(wrapped)
     assert got is not None and (got.file, got.line, got.reason) == (err.file, 7, err.reason)

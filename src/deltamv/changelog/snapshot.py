@@ -30,7 +30,7 @@ from deltamv.changelog.format import (
     rows_to_arrow,
     table_validators,
 )
-from deltamv.errors import BadRecordError, ConfigError, DeltaMVError
+from deltamv.errors import BadRecordError, ConfigError, DeltaMVError, wire
 from deltamv.schema import TableSchema
 
 __all__ = [
@@ -277,15 +277,13 @@ class _SnapshotReader(DataSourceReader):
         return [_FilePartition(p) for p in snapshot_files(self.snapshot_dir, self.table)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        from deltamv.changelog.source import _wired
-
         if not isinstance(partition, _FilePartition):
             return  # Spark reads one empty InputPartition when partitions() is empty
         nullable = pa.schema([f.with_nullable(True) for f in self.table_schema.to_arrow()])
         try:
             table = read_snapshot_file(partition.path, self.table_schema)
         except BadRecordError as e:
-            raise _wired(e) from None
+            raise wire(e) from None
         yield from table.cast(nullable).to_batches(max_chunksize=65536)
 
 

@@ -15,16 +15,18 @@ Each micro-batch has one partition per region with new segments; a partition yie
 that region's events (``EVENT_SCHEMA``) in ``seq`` then line order, as Arrow batches.
 ``Trigger.AvailableNow`` is supported (the target is the listing at query start).
 
-A bad record stops the query. Errors raised in Spark's Python workers reach the driver
-wrapped in Spark exceptions; :func:`bad_record_from_exception` recovers the one-line
-:class:`BadRecordError` from them.
+A bad record stops the query. Errors raised in Spark's Python workers (and in the
+planner process) reach the driver only as text: they are raised wired
+(:func:`deltamv.errors.wire`), and :func:`deltamv.errors.unwire` rebuilds them.
+
+The view job plans its batches with this source but reads the segments itself, on the
+driver (:mod:`deltamv.job.changelog`); ``read()`` serves other readers of the format.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -53,13 +55,14 @@ from deltamv.changelog.segments import (
     region_dirs,
     scan_region,
 )
-from deltamv.errors import BadRecordError, ConfigError, DeltaMVError, exception_chain
+from deltamv.errors import BadRecordError, ConfigError, DeltaMVError, wire
 from deltamv.schema import TableSchema
 
 __all__ = [
     "SOURCE_NAME",
     "ChangelogDataSource",
-    "bad_record_from_exception",
+    "decode_offset",
+    "encode_offset",
     "register",
     "tables_option",
 ]
@@ -67,67 +70,6 @@ __all__ = [
 SOURCE_NAME = "deltamv-changelog"
 
 Offset = dict[int, int]  # region id -> last seq read
-
-_MARKER = "DELTAMV_BAD_RECORD"
-_MARKED = re.compile(_MARKER + r"(\{.*?\})" + _MARKER)
-# The plain message of BadRecordError, as a Python traceback prints it.
-_PLAIN = re.compile(r"BadRecordError: bad record at (.+?)(?::(\d+))?: (.+)")
-
-
-class _WiredBadRecord(BadRecordError):
-    """A BadRecordError whose text carries its fields machine-readably.
-
-    Spark forwards only the text of an exception raised in a Python worker; the
-    marker lets :func:`bad_record_from_exception` rebuild it exactly, whatever the
-    file name holds.
-    """
-
-    def __str__(self) -> str:
-        payload = json.dumps({"file": self.file, "line": self.line, "reason": self.reason})
-        return f"{super().__str__()} {_MARKER}{payload}{_MARKER}"
-
-
-def _wired(err: BadRecordError) -> _WiredBadRecord:
-    return (
-        err if isinstance(err, _WiredBadRecord) else _WiredBadRecord(err.file, err.line, err.reason)
-    )
-
-
-def bad_record_from_exception(exc: BaseException) -> BadRecordError | None:
-    """The BadRecordError behind ``exc`` (e.g. a StreamingQueryException), or None.
-
-    Looks at the exception, its causes and contexts, and their texts (where Spark
-    puts a Python worker's traceback).
-    """
-    texts: list[str] = []
-    for e in exception_chain(exc):
-        if isinstance(e, BadRecordError):
-            return BadRecordError(e.file, e.line, e.reason)
-        texts.append(str(e))
-        for attr in ("desc", "stackTrace", "_desc", "_stackTrace"):
-            value = getattr(e, attr, None)
-            if isinstance(value, str):
-                texts.append(value)
-        for method in ("getMessage",):
-            fn = getattr(e, method, None)
-            if callable(fn):
-                try:
-                    value = fn()
-                except Exception:
-                    value = None
-                if isinstance(value, str):
-                    texts.append(value)
-    text = "\n".join(texts)
-    match = _MARKED.search(text)
-    if match:
-        fields = json.loads(match.group(1))
-        return BadRecordError(fields["file"], fields["line"], fields["reason"])
-    for line in text.splitlines():
-        plain = _PLAIN.search(line)
-        if plain:
-            lineno = int(plain.group(2)) if plain.group(2) else None
-            return BadRecordError(plain.group(1), lineno, plain.group(3).strip())
-    return None
 
 
 def tables_option(tables: Mapping[str, TableSchema | str]) -> str:
@@ -220,7 +162,7 @@ def _read_partition(
             table = read_segment(Segment(partition.region, seq, path, fmt), validators)
             yield from table.to_batches(max_chunksize=65536)
     except BadRecordError as e:
-        raise _wired(e) from None
+        raise wire(e) from None
 
 
 class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -251,8 +193,8 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         begin = decode_offset(start)
         try:
             listing = self._list(begin)
-        except BadRecordError as e:
-            raise _wired(e) from None
+        except DeltaMVError as e:
+            raise wire(e) from None
         pending: dict[int, list[int]] = {}
         for region, segs in listing.items():
             floor = begin.get(region, -1)
