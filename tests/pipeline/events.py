@@ -1,26 +1,39 @@
-"""Hand-built change-log events for pipeline tests."""
+"""Hand-built change-log events for pipeline tests, as the parser hands them on."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pyarrow as pa
 
-from deltamv.changelog.events import EVENT_SCHEMA
+from deltamv.changelog.events import CONTROL_SCHEMA
+from deltamv.pipeline.ingest import EventGroup
+
+# One table, "t": column v (and id), primary key id.
+VALUES = pa.schema(
+    [("row", pa.int64()), ("id", pa.int64()), ("v", pa.int64()), ("__old_id", pa.int64())]
+)
 
 
 def event(region: int, type_: str, line: int = 1, **fields: Any) -> dict[str, Any]:
-    row: dict[str, Any] = {f.name: None for f in EVENT_SCHEMA}
-    row.update(file=f"region-{region}/000001.jsonl", line=line, region=region, seq=1, type=type_)
-    if "value" in fields and isinstance(fields["value"], dict):
-        fields["value"] = json.dumps(fields["value"], sort_keys=True, separators=(",", ":"))
-    row.update(fields)
-    return row
+    return {"region": region, "type": type_, "line": line, **fields}
 
 
-def table(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
+def group(rows: list[dict[str, Any]]) -> EventGroup:
+    """The events of ``rows`` (in order), as one parsed group."""
+    files = sorted({f"region-{r['region']}/000001.jsonl" for r in rows})
+    control, values = [], []
+    for i, r in enumerate(rows):
+        row = {f.name: r.get(f.name) for f in CONTROL_SCHEMA}
+        row["file"] = files.index(f"region-{r['region']}/000001.jsonl")
+        row["line"] = r.get("line", i + 1)
+        row["seq"] = 1
+        control.append(row)
+        if r["type"] in ("PREWRITE", "COMMITTED"):
+            v = r.get("value") or {}
+            values.append({"row": i, "id": v.get("id"), "v": v.get("v"), "__old_id": None})
+    tables = {"t": pa.Table.from_pylist(values, schema=VALUES)} if values else {}
+    return EventGroup(tuple(files), pa.Table.from_pylist(control, schema=CONTROL_SCHEMA), tables)
 
 
 def init(

@@ -1,9 +1,10 @@
 """The segments a job has read, so that one deleted or rewritten later is noticed.
 
-Segments are immutable once visible (CONTRACT section 2). The source reads each one
-once; if the upstream later deletes or rewrites a segment the job has already applied,
-the views silently stop matching the log. The ledger keeps each read segment's size,
-modification time and a BLAKE2b digest of its bytes in the job state, and compares:
+Segments are immutable once visible. The job reads each one once; if the upstream
+later deletes or rewrites a segment the job has already applied, the views silently
+stop matching the log. The ledger keeps each read segment's size, modification time and
+a BLAKE2b digest of the bytes the job parsed (taken while reading them, not by a second
+read), and compares:
 
 - at job start, every recorded segment (one ``stat`` each; the file is hashed again only
   when its size is equal but its mtime differs, so a restored identical copy passes);
@@ -14,10 +15,8 @@ modification time and a BLAKE2b digest of its bytes in the job state, and compar
 A mismatch is a BadRecordError naming the file: the job stops, nothing of the batch is
 committed, and once the file is restored the job resumes.
 
-Fingerprints are written just before the batch is ingested; until the state has
-ingested that batch they are provisional (a bad record in it may be repaired by
-rewriting the segment, a crash replays it), so checks look only at the segments of
-batches the state holds, and a replay of the batch overwrites its own fingerprints.
+Fingerprints are recorded in the batch's state transaction; a bad record in a batch
+rolls them back with everything else, so repairing it by rewriting the segment is fine.
 """
 
 from __future__ import annotations
@@ -27,20 +26,14 @@ import os
 from collections.abc import Iterable
 
 from deltamv.errors import BadRecordError
-from deltamv.pipeline.state import PipelineState
+from deltamv.state.store import SegmentRecord, StateStore
 
-__all__ = ["SegmentLedger"]
-
-_DDL = """
-CREATE TABLE IF NOT EXISTS segments (
-    path TEXT PRIMARY KEY, region INTEGER NOT NULL, seq INTEGER NOT NULL,
-    size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, digest TEXT NOT NULL, batch INTEGER NOT NULL);
-"""
+__all__ = ["SLICE", "SegmentLedger", "digest_file"]
 
 SLICE = 256  # recorded segments checked per batch while running
 
 
-def _digest(path: str) -> str:
+def digest_file(path: str) -> str:
     h = hashlib.blake2b(digest_size=16)
     with open(path, "rb") as f:
         while chunk := f.read(1 << 20):
@@ -49,55 +42,48 @@ def _digest(path: str) -> str:
 
 
 class SegmentLedger:
-    """Fingerprints of read segments, stored in the job's state database."""
+    """Fingerprints of read segments, kept in the job's state."""
 
-    def __init__(self, state: PipelineState) -> None:
-        self.state = state
-        state.db.executescript(_DDL)
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
         self._cursor = ""  # the path checked last by the rolling check
 
-    def record(self, batch: int, segments: Iterable[tuple[str, int, int]]) -> None:
-        """Remember ``(path, region, seq)`` read by ``batch``; a changed re-read is an error."""
-        rows = []
-        for path, region, seq in sorted(set(segments)):
-            old = self.state.db.execute(
-                "SELECT size, mtime_ns, digest, batch FROM segments WHERE path = ?", (path,)
-            ).fetchone()
-            if old is not None and old[3] < batch:
-                self._verify(path, *old[:3])
+    def record(self, batch: int, segments: Iterable[SegmentRecord]) -> None:
+        """Remember the segments ``batch`` read (inside the batch's transaction). A segment
+        an earlier batch recorded must still be what it was."""
+        fresh = []
+        known = self.store.segments_recorded([s.path for s in segments])
+        for seg in segments:
+            old = known.get(seg.path)
+            if old is not None and old.batch < batch:
+                if (old.size, old.digest) != (seg.size, seg.digest):
+                    raise BadRecordError(
+                        seg.path, None, "segment rewritten after the job read it (segments are"
+                        " immutable: restore it to resume)",
+                    )  # fmt: skip
                 continue
-            try:
-                st = os.stat(path)
-                digest = _digest(path)
-            except FileNotFoundError:
-                raise BadRecordError(path, None, "segment deleted while the job read it") from None
-            rows.append((path, region, seq, st.st_size, st.st_mtime_ns, digest, batch))
-        with self.state.transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO segments VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+            fresh.append(SegmentRecord(seg.path, seg.region, seg.seq, seg.size, seg.mtime_ns,
+                                       seg.digest, batch))  # fmt: skip
+        self.store.record_segments(fresh)
 
     def verify_all(self) -> int:
         """Check every recorded segment; returns how many were checked."""
-        rows = self.state.db.execute(
-            "SELECT path, size, mtime_ns, digest FROM segments WHERE batch <= ?",
-            (self.state.progress().batch,),
-        ).fetchall()
-        for row in rows:
-            self._verify(*row)
-        return len(rows)
+        count = 0
+        for record in self.store.segments_up_to(self.store.progress().batch):
+            self._verify(record)
+            count += 1
+        return count
 
     def verify_some(self, limit: int = SLICE) -> int:
         """Check the next ``limit`` recorded segments (wrapping around)."""
-        rows = self.state.db.execute(
-            "SELECT path, size, mtime_ns, digest FROM segments WHERE path > ? AND batch <= ?"
-            " ORDER BY path LIMIT ?",
-            (self._cursor, self.state.progress().batch, limit),
-        ).fetchall()
-        self._cursor = rows[-1][0] if len(rows) == limit else ""
-        for row in rows:
-            self._verify(*row)
-        return len(rows)
+        records = self.store.segments_after(self._cursor, self.store.progress().batch, limit)
+        self._cursor = records[-1].path if len(records) == limit else ""
+        for record in records:
+            self._verify(record)
+        return len(records)
 
-    def _verify(self, path: str, size: int, mtime_ns: int, digest: str) -> None:
+    def _verify(self, record: SegmentRecord) -> None:
+        path = record.path
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -105,17 +91,17 @@ class SegmentLedger:
                 path, None, "segment deleted after the job read it (segments are immutable;"
                 " restore it to resume)"
             ) from None  # fmt: skip
-        if st.st_size != size:
+        if st.st_size != record.size:
             raise BadRecordError(
-                path, None, f"segment rewritten after the job read it ({size} bytes then,"
+                path, None, f"segment rewritten after the job read it ({record.size} bytes then,"
                 f" {st.st_size} now; segments are immutable: restore it to resume)"
             )  # fmt: skip
-        if st.st_mtime_ns == mtime_ns:
+        if st.st_mtime_ns == record.mtime_ns:
             return
-        if _digest(path) != digest:
+        if digest_file(path) != record.digest:
             raise BadRecordError(
                 path, None, "segment rewritten after the job read it (same size, other"
                 " content; segments are immutable: restore it to resume)"
             )  # fmt: skip
-        with self.state.transaction() as db:  # restored as it was: remember the new mtime
-            db.execute("UPDATE segments SET mtime_ns = ? WHERE path = ?", (st.st_mtime_ns, path))
+        with self.store.transaction():  # restored as it was: remember the new mtime
+            self.store.update_segment_mtime(path, st.st_mtime_ns)

@@ -1,0 +1,390 @@
+"""The matcher: a batch of region streams in, committed rows out, columnar.
+
+Transaction-level, per region, as the large-transaction watermark RFC requires: the
+*first* ``COMMIT`` of a transaction in a region commits all of its prewritten rows in
+that region. In ``min-commit-ts`` mode a region's resolved ts may pass a large
+transaction right after that first commit, while the COMMITs of its other keys straggle
+in later or never; matching key by key would leave those rows pending below the
+watermark and lose them.
+
+The whole batch is matched at once, without a Python step per event: each transaction's
+fate in a region (committed, rolled back, still open) is decided by grouping its events,
+and every rule that needs history (a COMMIT without its PREWRITE, a PREWRITE after the
+transaction finished, a RESOLVED going backwards, events after RETIRED) is checked for
+all events together; the first violation in stream order is raised as a
+:class:`BadRecordError` with its file and line. Only the few region events (INITIALIZED,
+RESOLVED, RETIRED) are walked one by one. The caller runs the batch inside one state
+transaction, so a bad record leaves nothing behind.
+
+What the matcher keeps between batches (in the state): the prewritten rows of open
+transactions (:class:`~deltamv.state.chunks.PendingTxns`), the transactions finished
+per region (:class:`~deltamv.state.chunks.DoneTxns`, to recognise stragglers), and the
+region states the frontier reads.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltamv.changelog import events as ev
+from deltamv.compute import Compute
+from deltamv.errors import BadRecordError
+from deltamv.pipeline.frontier import RegionState
+from deltamv.state.chunks import DoneTxns, PendingTxns
+
+__all__ = ["Matched", "match"]
+
+_TXN_TYPES = (ev.PREWRITE, ev.COMMIT, ev.ROLLBACK)
+_ROW_TYPES = (*_TXN_TYPES, ev.COMMITTED)
+_REGION_TYPES = (ev.INITIALIZED, ev.RESOLVED, ev.RETIRED)
+
+
+@dataclass(frozen=True)
+class Matched:
+    """What one batch of events committed (rows above ``floor``), per table.
+
+    Each table's rows: ``key, start_ts, commit_ts, op`` then the table's columns and the
+    ``__old_<pk>`` columns, as the change log gave them.
+    """
+
+    events: int
+    committed: Mapping[str, pa.Table]
+    regions: Mapping[int, RegionState]
+
+
+@dataclass
+class _Violation:
+    ev: int
+    reason: str
+
+
+def match(
+    compute: Compute,
+    files: Sequence[str],
+    events: pa.Table,
+    values: Mapping[str, pa.Table],
+    *,
+    regions: Mapping[int, RegionState],
+    pending: PendingTxns,
+    done: DoneTxns,
+    floor: int,
+) -> Matched:
+    """Match one batch of events against the state (see the module doc).
+
+    ``floor`` is the watermark already applied: a committed row at or below it has
+    already been output (or is in the snapshot), so it is a re-emission and dropped.
+    Updates ``pending`` and ``done``; returns the committed rows and the regions after
+    the batch. Raises BadRecordError for the first event that breaks the contract.
+    """
+    n = events.num_rows
+    ev_index = pa.array(np.arange(n, dtype=np.int64))
+    events = events.append_column("ev", ev_index)
+    kinds = events.column("type")
+
+    region_events = events.filter(pc.is_in(kinds, pa.array(_REGION_TYPES)))
+    new_regions, retired_at, first_bad = _walk_regions(region_events, regions)
+
+    row_events = events.filter(pc.is_in(kinds, pa.array(_ROW_TYPES))).select(
+        ["ev", "region", "type", "start_ts", "commit_ts", "table", "key"]
+    )
+    violations: list[_Violation] = [] if first_bad is None else [first_bad]
+    violations += _after_retired(compute, row_events, retired_at)
+
+    txn_events = row_events.filter(pc.is_in(row_events.column("type"), pa.array(_TXN_TYPES)))
+    txns = txn_events.select(["region", "start_ts"]).group_by(["region", "start_ts"]).aggregate([])
+    prior = done.lookup(txns)
+    fates = compute.query(_FATES_SQL, e=txn_events, prior=prior)
+    violations += _txn_violations(compute, txn_events, prior, fates, pending, floor)
+    if violations:
+        worst = min(violations, key=lambda v: v.ev)
+        raise _bad(files, events, worst)
+
+    committed = _apply_fates(
+        compute, events, values, fates, new_regions, retired_at, pending=pending, floor=floor
+    )
+    finished = fates.filter(pc.is_valid(fates.column("ftype"))).select(
+        ["region", "start_ts", "fcommit"]
+    )
+    commit_ts = pc.if_else(
+        pc.equal(fates.filter(pc.is_valid(fates.column("ftype"))).column("ftype"), ev.COMMIT),
+        finished.column("fcommit"),
+        pa.scalar(None, pa.int64()),
+    )
+    done.add(pa.table({"region": finished.column("region"), "start_ts": finished.column("start_ts"),
+                       "commit_ts": commit_ts}))  # fmt: skip
+    for region in retired_at:
+        # Unresolved locks of a retired region are re-emitted by its successors.
+        pending.drop_region(region)
+        done.drop_region(region)
+    return Matched(n, committed, new_regions)
+
+
+# -- region events ------------------------------------------------------------------------
+def _walk_regions(
+    region_events: pa.Table, regions: Mapping[int, RegionState]
+) -> tuple[dict[int, RegionState], dict[int, int], _Violation | None]:
+    """Apply INITIALIZED, RESOLVED and RETIRED in stream order.
+
+    Returns the regions after the batch, the position of each region's RETIRED (-1 for
+    one retired before the batch) and the first violation, if any.
+    """
+    states = dict(regions)
+    retired_at = {r: -1 for r, s in regions.items() if s.retired}
+    cols = [region_events.column(c).to_pylist()
+            for c in ("ev", "region", "type", "ts", "start_key", "end_key", "parents")]  # fmt: skip
+    for position, region, kind, ts, start_key, end_key, parents in zip(*cols, strict=True):
+        state = states.get(region) or RegionState(region)
+        if state.retired:
+            if kind == ev.RETIRED:
+                continue  # a retransmitted RETIRED (events may arrive twice in a row)
+            return (
+                states,
+                retired_at,
+                _Violation(position, f"{kind} event after the region's RETIRED"),
+            )
+        if kind == ev.RESOLVED:
+            if not state.initialized:
+                return (
+                    states,
+                    retired_at,
+                    _Violation(position, f"RESOLVED {ts} before the region's INITIALIZED"),
+                )
+            if state.resolved is not None and ts < state.resolved:
+                return (
+                    states,
+                    retired_at,
+                    _Violation(position, f"RESOLVED going backwards: {ts} after {state.resolved}"),
+                )
+            state = replace(state, resolved=ts)
+        elif kind == ev.INITIALIZED:
+            lineage = tuple(sorted(int(p) for p in (parents or [])))
+            if state.initialized and (state.start_key, state.end_key, state.parents) != (
+                start_key, end_key, lineage,
+            ):  # fmt: skip
+                return (
+                    states,
+                    retired_at,
+                    _Violation(position, "INITIALIZED again with a different span or parents"),
+                )
+            state = replace(state, start_key=start_key, end_key=end_key, parents=lineage)
+        else:  # RETIRED
+            state = replace(state, retired=True)
+            retired_at[region] = position
+        states[region] = state
+    return states, retired_at, None
+
+
+def _after_retired(
+    compute: Compute, row_events: pa.Table, retired_at: Mapping[int, int]
+) -> list[_Violation]:
+    if not retired_at or row_events.num_rows == 0:
+        return []
+    marks = pa.table({"region": list(retired_at), "rpos": list(retired_at.values())},
+                     schema=pa.schema([("region", pa.int64()), ("rpos", pa.int64())]))  # fmt: skip
+    found = compute.query(
+        "SELECT e.ev, e.type FROM e JOIN r USING (region) WHERE e.ev > r.rpos"
+        " ORDER BY e.ev LIMIT 1",
+        e=row_events,
+        r=marks,
+    )
+    if found.num_rows == 0:
+        return []
+    position, kind = found.column("ev")[0].as_py(), found.column("type")[0].as_py()
+    return [_Violation(position, f"{kind} event after the region's RETIRED")]
+
+
+# -- transactions -------------------------------------------------------------------------
+# Per (region, start_ts) seen in the batch: its first COMMIT or ROLLBACK here (if any),
+# and how it finished before the batch (if it did).
+_FATES_SQL = """
+WITH fin AS (
+    SELECT region, start_ts, min(ev) AS fev, arg_min(type, ev) AS ftype,
+           arg_min(commit_ts, ev) AS fcommit
+    FROM e WHERE type IN ('COMMIT', 'ROLLBACK') GROUP BY region, start_ts
+), txns AS (
+    SELECT region, start_ts, count(*) FILTER (WHERE type = 'PREWRITE') AS prewrites
+    FROM e GROUP BY region, start_ts
+)
+SELECT t.region, t.start_ts, t.prewrites,
+       CASE WHEN p.region IS NULL THEN fin.fev END AS fev,
+       CASE WHEN p.region IS NULL THEN fin.ftype END AS ftype,
+       CASE WHEN p.region IS NULL THEN fin.fcommit END AS fcommit,
+       p.region IS NOT NULL AS prior, p.commit_ts AS prior_commit
+FROM txns t
+LEFT JOIN fin USING (region, start_ts)
+LEFT JOIN prior p USING (region, start_ts)
+"""
+
+# Every rule about a transaction's events in a region, each violation with its position.
+_TXN_RULES_SQL = """
+SELECT e.ev,
+  CASE
+    WHEN e.type = 'PREWRITE' THEN
+      'PREWRITE of transaction ' || e.start_ts || ' after its COMMIT or ROLLBACK in this region'
+    WHEN e.type = 'COMMIT' AND ((f.prior AND f.prior_commit IS NULL) OR f.ftype = 'ROLLBACK') THEN
+      'COMMIT of transaction ' || e.start_ts || ' after its ROLLBACK in this region'
+    WHEN e.type = 'COMMIT' THEN
+      'COMMIT of transaction ' || e.start_ts || ' at ' || e.commit_ts || ', first committed at '
+      || coalesce(f.prior_commit, f.fcommit)
+    ELSE 'ROLLBACK of transaction ' || e.start_ts || ' after its COMMIT in this region'
+  END AS reason
+FROM e JOIN f USING (region, start_ts)
+WHERE (e.type = 'PREWRITE' AND (f.prior OR e.ev > f.fev))
+   OR (e.type = 'COMMIT' AND f.prior AND f.prior_commit IS NULL)
+   OR (e.type = 'COMMIT' AND f.prior AND f.prior_commit <> e.commit_ts)
+   OR (e.type = 'COMMIT' AND e.ev > f.fev AND f.ftype = 'ROLLBACK')
+   OR (e.type = 'COMMIT' AND e.ev > f.fev AND f.ftype = 'COMMIT' AND f.fcommit <> e.commit_ts)
+   OR (e.type = 'ROLLBACK' AND f.prior AND f.prior_commit IS NOT NULL)
+   OR (e.type = 'ROLLBACK' AND e.ev > f.fev AND f.ftype = 'COMMIT')
+ORDER BY e.ev LIMIT 1
+"""
+
+
+def _txn_violations(
+    compute: Compute,
+    txn_events: pa.Table,
+    prior: pa.Table,
+    fates: pa.Table,
+    pending: PendingTxns,
+    floor: int,
+) -> list[_Violation]:
+    found: list[_Violation] = []
+    rules = compute.query(_TXN_RULES_SQL, e=txn_events, f=fates)
+    if rules.num_rows:
+        found.append(_Violation(rules.column("ev")[0].as_py(), rules.column("reason")[0].as_py()))
+    # A first COMMIT above the floor must commit something: rows prewritten in this batch
+    # or left pending by an earlier one.
+    bare = fates.filter(
+        pc.and_(
+            pc.and_(
+                pc.equal(fates.column("ftype"), ev.COMMIT), pc.equal(fates.column("prewrites"), 0)
+            ),
+            pc.greater(fates.column("fcommit"), floor),
+        )
+    )
+    if bare.num_rows:
+        known = pending.known(bare.select(["region", "start_ts"]))
+        missing = bare.join(known, ["region", "start_ts"], join_type="left anti")
+        if missing.num_rows:
+            first = missing.sort_by("fev").slice(0, 1).to_pylist()[0]
+            found.append(
+                _Violation(
+                    first["fev"],
+                    f"COMMIT of transaction {first['start_ts']} without its PREWRITE"
+                    f" in region {first['region']}",
+                )
+            )
+    return found
+
+
+def _apply_fates(
+    compute: Compute,
+    events: pa.Table,
+    values: Mapping[str, pa.Table],
+    fates: pa.Table,
+    regions: Mapping[int, RegionState],
+    retired_at: Mapping[int, int],
+    *,
+    pending: PendingTxns,
+    floor: int,
+) -> dict[str, pa.Table]:
+    """Move the rows of transactions committed here to the output, keep the open ones
+    pending, drop the rolled-back ones; add the self-contained COMMITTED rows."""
+    ftype = fates.column("ftype")
+    committed_txns = fates.filter(pc.equal(ftype, ev.COMMIT)).select(
+        ["region", "start_ts", "fcommit"]
+    )
+    rolled_back = fates.filter(pc.equal(ftype, ev.ROLLBACK)).select(["region", "start_ts"])
+    open_txns = fates.filter(pc.and_(pc.is_null(ftype), pc.invert(fates.column("prior")))).select(
+        ["region", "start_ts"]
+    )
+    if retired_at:  # rows still open when their region retires are dropped (re-emitted)
+        gone = pa.array(list(retired_at), pa.int64())
+        open_txns = open_txns.filter(pc.invert(pc.is_in(open_txns.column("region"), gone)))
+
+    earlier = pending.take(committed_txns.select(["region", "start_ts"]))
+    pending.drop(rolled_back)
+    out: dict[str, list[pa.Table]] = {}
+    for table, rows in values.items():
+        rows = _with_events(events, rows)
+        kinds = rows.column("type")
+        prewrites = _first_per_key(compute, rows.filter(pc.equal(kinds, ev.PREWRITE)))
+        fresh = prewrites.drop_columns(["type", "commit_ts"]).join(
+            committed_txns, ["region", "start_ts"], join_type="inner"
+        )
+        parts = [_renamed(fresh, "fcommit", "commit_ts")]
+        still_open = prewrites.join(open_txns, ["region", "start_ts"], join_type="left semi")
+        if still_open.num_rows:
+            pending.add(table, still_open.drop_columns(["type", "commit_ts"]))
+        selfcontained = rows.filter(
+            pc.and_(pc.equal(kinds, ev.COMMITTED), pc.greater(rows.column("commit_ts"), floor))
+        ).drop_columns(["type"])
+        parts.append(selfcontained)
+        out.setdefault(table, []).extend(parts)
+    for table, rows in earlier.items():
+        rows = rows.join(committed_txns, ["region", "start_ts"], join_type="inner")
+        out.setdefault(table, []).append(_renamed(rows, "fcommit", "commit_ts"))
+    result: dict[str, pa.Table] = {}
+    for table, parts in out.items():
+        aligned = [_committed_layout(p) for p in parts if p.num_rows]
+        if not aligned:
+            continue
+        rows = pa.concat_tables(aligned, promote_options="none")
+        rows = rows.filter(pc.greater(rows.column("commit_ts"), floor))
+        if rows.num_rows:
+            result[table] = rows
+    return result
+
+
+def _with_events(events: pa.Table, rows: pa.Table) -> pa.Table:
+    """A table's value rows with their events' region, start_ts, commit_ts, type, key, op."""
+    picked = events.take(rows.column("row")).select(
+        ["region", "start_ts", "commit_ts", "type", "key", "op"]
+    )
+    for name in picked.column_names:
+        rows = rows.append_column(name, picked.column(name))
+    return rows.drop_columns(["row"])
+
+
+def _first_per_key(compute: Compute, prewrites: pa.Table) -> pa.Table:
+    """One prewrite per (region, start_ts, key): a retransmission adds nothing."""
+    if prewrites.num_rows < 2:
+        return prewrites
+    numbered = prewrites.append_column("_n", pa.array(np.arange(prewrites.num_rows)))
+    firsts = compute.query(
+        "SELECT min(_n) AS _n FROM p GROUP BY region, start_ts, key", p=numbered.select(
+            ["region", "start_ts", "key", "_n"])
+    )  # fmt: skip
+    if firsts.num_rows == prewrites.num_rows:
+        return prewrites
+    return prewrites.take(np.sort(firsts.column("_n").to_numpy()))
+
+
+def _renamed(table: pa.Table, old: str, new: str) -> pa.Table:
+    return table.rename_columns([new if c == old else c for c in table.column_names])
+
+
+_FRONT = ("key", "start_ts", "commit_ts", "op")
+
+
+def _committed_layout(rows: pa.Table) -> pa.Table:
+    """Committed rows as the buffer keeps them: key, start_ts, commit_ts, op, then values."""
+    rest = [c for c in rows.column_names if c not in (*_FRONT, "region", "type")]
+    return rows.select([*_FRONT, *rest])
+
+
+def _bad(files: Sequence[str], events: pa.Table, violation: _Violation) -> BadRecordError:
+    row = events.slice(violation.ev, 1).select(["file", "line"]).to_pylist()[0]
+    return BadRecordError(files[row["file"]], int(row["line"]), violation.reason)
+
+
+def regions_json(regions: Mapping[int, RegionState]) -> str:
+    """The regions as text, for diagnostics."""
+    return json.dumps({r: [s.start_key, s.end_key, list(s.parents), s.resolved, s.retired]
+                       for r, s in regions.items()})  # fmt: skip
