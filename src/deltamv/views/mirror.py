@@ -1,142 +1,109 @@
-"""Mirrors: each source table kept as a Delta table at the watermark.
+"""Mirrors: each source table kept at the applied watermark, changed key by key.
 
-A mirror holds the table's columns plus ``_key``, the change log's row key, which is
-the row's identity (a DELETE names only its key). Rows loaded from a snapshot carry
-``_key`` when the snapshot has that column, and are otherwise matched by primary key:
-a PUT replaces the row with its primary key, a DELETE with ``old_value`` removes the
-row with the old primary key.
+A mirror (:class:`~deltamv.state.keyed.Mirror`, in the job's state) holds a table's rows
+with ``_key``, the change log's row key, which is the row's identity (a DELETE names only
+its key). Rows loaded from a snapshot without a key are found by primary key instead: a
+PUT replaces the row with its primary key, a DELETE with ``old_value`` removes the row
+with the old primary key.
 
-Each batch, the released changes are staged by the driver as two small Parquet files
-per table (puts, typed; removals, the keys and primary keys they replace), and Spark
-rewrites the mirror from the previous version: previous rows minus removals, plus
-puts. That costs a pass over the table per batch in which it changed; the cost the
-incremental-maintenance work will remove.
+A batch's released changes (each key's last change) turn into the table's change as a
+Z-set over its declared columns: the rows they replace with weight -1, the new rows with
+weight +1 (an update that changes nothing cancels out). The views are maintained from
+these Z-sets; the mirror itself is updated once every view has seen the state before.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import shutil
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.parquet as pq
-from pyspark.sql import DataFrame, SparkSession
+import pyarrow.compute as pc
 
-from deltamv.changelog.format import values_to_arrow
-from deltamv.config import JobConfig, TableConfig
-from deltamv.pipeline.state import PipelineState
-from deltamv.schema import TableSchema
+from deltamv.compute import Compute
+from deltamv.state.keyed import KEY, ROWID, Mirror
+from deltamv.views.ivm import W, consolidate
 
-KEY = "_key"
-_CHUNK = 50_000
-
-
-def mirror_schema(table: TableConfig) -> pa.Schema:
-    return pa.schema([pa.field(KEY, pa.string()), *table.schema.to_arrow()])
+__all__ = ["TableChange", "apply_change", "table_change"]
 
 
 @dataclass(frozen=True)
-class StagedChanges:
+class TableChange:
+    """One table's change in a batch."""
+
     table: str
-    puts: str | None  # Parquet file: _key + table columns
-    removals: str | None  # Parquet file: _key + primary-key columns (null where unknown)
-    count: int
+    delta: pa.Table  # the declared columns + __w; may be empty
+    removed: tuple[int, ...]  # mirror rows to delete (rowids)
+    inserted: pa.Table  # mirror rows to insert (_key + declared columns)
+    cleared: bool = False  # the whole table was emptied first (TRUNCATE)
 
 
-def stage_changes(
-    state: PipelineState, config: JobConfig, batch: int, staging: Path
-) -> dict[str, StagedChanges]:
-    """Write the final change per key released by ``batch`` as Parquet, table by table.
-
-    Streams from the state in chunks, so memory stays bounded by the chunk size
-    whatever the size of the batch.
-    """
-    if staging.exists():
-        shutil.rmtree(staging)
-    staging.mkdir(parents=True)
-    writers: dict[tuple[str, str], pq.ParquetWriter] = {}
-    counts: dict[str, int] = {}
-
-    def write(table: TableConfig, kind: str, data: pa.Table) -> None:
-        key = (table.name, kind)
-        if key not in writers:
-            path = staging / f"{table.name}.{kind}.parquet"
-            writers[key] = pq.ParquetWriter(path, data.schema)
-        writers[key].write_table(data)
-
-    for tname, rows in _chunks_by_table(state, batch):
-        table = config.tables[tname]
-        counts[tname] = counts.get(tname, 0) + len(rows)
-        keys = pa.array([r[0] for r in rows], pa.string())
-        # The primary key each change replaces: the new row's for a PUT, the old row's
-        # for a DELETE that carries old_value, unknown otherwise (matched by _key only).
-        replaced = [r[2] if r[1] == "PUT" else r[3] for r in rows]
-        pk_source = [v if v is not None else "{}" for v in replaced]
-        pks = values_to_arrow(pk_source, _nullable(table.schema)).select(list(table.primary_key))
-        write(
-            table,
-            "removals",
-            pa.Table.from_arrays([keys, *pks.columns], names=[KEY, *pks.column_names]),
+def table_change(
+    compute: Compute, mirror: Mirror, changes: pa.Table, *, truncate: bool = False
+) -> TableChange:
+    """The change ``changes`` (key, op, then the declared columns and ``__old_<pk>``
+    columns; each key once) makes to the mirrored table."""
+    names = [f.name for f in mirror.schema if f.name != KEY]
+    pk = list(mirror.primary_key)
+    puts = changes.filter(pc.equal(changes.column("op"), "PUT"))
+    if truncate:
+        old = pa.concat_tables(list(mirror.scan(with_rowid=True))) if mirror.count() else None
+    else:
+        old = _replaced_rows(compute, mirror, changes, puts, pk)
+    inserted = pa.table({KEY: puts.column("key"), **{n: puts.column(n) for n in names}}).cast(
+        mirror.schema
+    )
+    parts = []
+    if old is not None and old.num_rows:
+        minus = old.select(names).append_column(W, pa.array([-1] * old.num_rows, pa.int64()))
+        parts.append(minus)
+    if inserted.num_rows:
+        plus = inserted.select(names).append_column(
+            W, pa.array([1] * inserted.num_rows, pa.int64())
         )
-        put_rows = [r for r in rows if r[1] == "PUT"]
-        if put_rows:
-            values = values_to_arrow([r[2] for r in put_rows], table.schema)
-            put_keys = pa.array([r[0] for r in put_rows], pa.string())
-            data = pa.Table.from_arrays([put_keys, *values.columns], schema=mirror_schema(table))
-            write(table, "puts", data)
-    for w in writers.values():
-        w.close()
-    return {
-        t: StagedChanges(
-            t,
-            str(staging / f"{t}.puts.parquet") if (t, "puts") in writers else None,
-            str(staging / f"{t}.removals.parquet") if (t, "removals") in writers else None,
-            n,
-        )
-        for t, n in counts.items()
-    }
+        parts.append(plus)
+    delta_schema = pa.schema([*(mirror.schema.field(n) for n in names), pa.field(W, pa.int64())])
+    delta = (
+        pa.concat_tables([p.cast(delta_schema) for p in parts])
+        if parts
+        else delta_schema.empty_table()
+    )
+    if len(parts) == 2:  # an update that changes nothing cancels out
+        delta = consolidate(compute, delta) or delta_schema.empty_table()
+    removed = () if old is None else tuple(old.column(ROWID).to_pylist())
+    return TableChange(mirror.table, delta, removed, inserted, cleared=truncate)
 
 
-def _nullable(schema: TableSchema) -> TableSchema:
-    return TableSchema(tuple(dataclasses.replace(c, nullable=True) for c in schema.columns))
+def _replaced_rows(
+    compute: Compute, mirror: Mirror, changes: pa.Table, puts: pa.Table, pk: list[str]
+) -> pa.Table | None:
+    """The mirror rows the changes replace: by key, and by primary key (a PUT's own, a
+    DELETE's old one) for rows that came without a key."""
+    found = [mirror.lookup([KEY], pa.table({KEY: changes.column("key")}))]
+    by_pk = puts.select(pk)
+    deletes = changes.filter(pc.equal(changes.column("op"), "DELETE"))
+    old_cols = [f"__old_{c}" for c in pk]
+    if deletes.num_rows and all(c in deletes.column_names for c in old_cols):
+        old_pk = deletes.select(old_cols).rename_columns(pk)
+        by_pk = pa.concat_tables([by_pk, old_pk.cast(by_pk.schema)])
+    if by_pk.num_rows:
+        found.append(mirror.lookup(pk, by_pk))
+    rows = pa.concat_tables(found)
+    if rows.num_rows == 0:
+        return None
+    # A row found both ways counts once.
+    if len(pc.unique(rows.column(ROWID))) == rows.num_rows:
+        return rows
+    numbered = pa.table(
+        {ROWID: rows.column(ROWID), "_n": pa.array(range(rows.num_rows), pa.int64())}
+    )
+    keep = compute.query(f'SELECT min(_n) AS _n FROM r GROUP BY "{ROWID}" ORDER BY 1', r=numbered)
+    return rows.take(keep.column("_n"))
 
 
-def _chunks_by_table(
-    state: PipelineState, batch: int
-) -> Iterator[tuple[str, list[tuple[str, str, str | None, str | None]]]]:
-    current: str | None = None
-    rows: list[tuple[str, str, str | None, str | None]] = []
-    for tbl, key, op, value, old_value, _ in state.released_rows(batch):
-        if (tbl != current or len(rows) >= _CHUNK) and rows:
-            assert current is not None
-            yield current, rows
-            rows = []
-        current = tbl
-        rows.append((key, op, value, old_value))
-    if rows and current is not None:
-        yield current, rows
-
-
-def updated_mirror(
-    spark: SparkSession, table: TableConfig, previous: DataFrame, changes: StagedChanges
-) -> DataFrame:
-    """The mirror after ``changes``: previous rows minus the replaced ones, plus the puts."""
-    result = previous
-    if changes.removals:
-        removals = spark.read.parquet(changes.removals)
-        result = result.join(removals.select(KEY), KEY, "left_anti")
-        # Rows without a key (from a keyless snapshot) are matched by primary key. A null
-        # primary key never matches in a join, so unknown ones remove nothing here.
-        pk = list(table.primary_key)
-        result = result.join(removals.select(*pk).dropna(), pk, "left_anti")
-    if changes.puts:
-        result = result.unionByName(spark.read.parquet(changes.puts))
-    return result
-
-
-def describe(changes: dict[str, StagedChanges]) -> str:
-    return json.dumps({t: c.count for t, c in sorted(changes.items())})
+def apply_change(mirror: Mirror, change: TableChange) -> None:
+    """Bring the mirror to the state after ``change`` (inside the batch's transaction)."""
+    if change.cleared:
+        mirror.clear()
+    else:
+        mirror.delete(change.removed)
+    mirror.insert(change.inserted)

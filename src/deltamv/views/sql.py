@@ -37,10 +37,10 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
             views[name] = spark.sql(view.sql)
             views[name].schema  # noqa: B018 - forces analysis
         except PySparkException as exc:
-            raise ConfigError(f"views.{name}.sql", _first_line(exc), source=config.source) from None
+            raise ConfigError(f"views.{name}.sql", _first_line(exc), source=config.origin) from None
         if not views[name].schema.fields:
             raise ConfigError(
-                f"views.{name}.sql", "the query returns no columns", source=config.source
+                f"views.{name}.sql", "the query returns no columns", source=config.origin
             )
     for name, inv in config.invariants.items():
         key = f"invariants.{name}.{inv.kind}"
@@ -48,14 +48,14 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
         try:
             schema = spark.sql(inv.sql).schema
         except PySparkException as exc:
-            raise ConfigError(key, _first_line(exc), source=config.source) from None
+            raise ConfigError(key, _first_line(exc), source=config.origin) from None
         if inv.kind == "always" and (
             len(schema.fields) != 1 or not isinstance(schema.fields[0].dataType, BooleanType)
         ):
             raise ConfigError(
                 key,
                 "an 'always' invariant must return exactly one BOOLEAN column",
-                source=config.source,
+                source=config.origin,
             )
     for name in config.views:
         spark.catalog.dropTempView(name)

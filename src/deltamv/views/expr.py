@@ -1,0 +1,317 @@
+"""Spark expressions as DuckDB SQL with Spark's semantics, or a reason why not.
+
+The incremental engine evaluates a view's expressions (projections, filters, join keys,
+aggregate arguments) in DuckDB over the batch's changed rows. Only expressions whose
+DuckDB form gives exactly Spark's result (under ANSI mode, which deltamv's sessions use)
+are translated; anything else raises :class:`Unsupported` and the view is recomputed by
+Spark instead. Where the two engines differ, the translation spells Spark's behaviour
+out: a cast of a fraction to an integer truncates, a division by zero is an error, every
+result is cast to the type Spark gives it. The differential tests (Spark against this
+translation on random data) decide what belongs on the list.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from deltamv.views.plan import Expr
+
+__all__ = ["Unsupported", "duck_type", "result_type", "sql", "to_sql_literal"]
+
+
+class Unsupported(Exception):
+    """An expression or plan shape the incremental engine does not maintain; the message
+    is the reason, shown as ``recompute: <reason>``."""
+
+
+_SIMPLE_TYPES = {
+    "long": "BIGINT",
+    "integer": "INTEGER",
+    "short": "SMALLINT",
+    "byte": "TINYINT",
+    "double": "DOUBLE",
+    "float": "FLOAT",
+    "string": "VARCHAR",
+    "boolean": "BOOLEAN",
+    "date": "DATE",
+    "timestamp": "TIMESTAMPTZ",
+    "timestamp_ntz": "TIMESTAMP",
+    "binary": "BLOB",
+}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)")
+_INTEGRAL = ("byte", "short", "integer", "long")
+_FRACTIONAL = ("float", "double")
+
+
+def decimal_of(dtype: Any) -> tuple[int, int] | None:
+    if isinstance(dtype, str):
+        m = _DECIMAL.fullmatch(dtype)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    return None
+
+
+def duck_type(dtype: Any) -> str:
+    """The DuckDB type of a Spark JSON data type."""
+    if isinstance(dtype, str):
+        if dtype in _SIMPLE_TYPES:
+            return _SIMPLE_TYPES[dtype]
+        dec = decimal_of(dtype)
+        if dec is not None:
+            return f"DECIMAL({dec[0]},{dec[1]})"
+        if dtype.startswith("char(") or dtype.startswith("varchar("):
+            return "VARCHAR"
+    raise Unsupported(f"values of type {dtype}")
+
+
+def _bounded(precision: int, scale: int) -> tuple[int, int]:
+    """Spark's DecimalType.adjustPrecisionScale (precision loss allowed, the default)."""
+    if precision <= 38:
+        return precision, scale
+    digits = precision - scale
+    min_scale = min(scale, 6)
+    scale = max(38 - digits, min_scale)
+    return 38, scale
+
+
+def result_type(e: Expr) -> Any:
+    """Spark's data type of ``e`` (the plan carries it only on some nodes)."""
+    kind = e.kind
+    if "dataType" in e.fields and e.fields["dataType"] is not None:
+        return e.fields["dataType"]
+    if kind in ("Alias", "KnownFloatingPointNormalized", "NormalizeNaNAndZero", "KnownNotNull",
+                "UnaryMinus", "Abs", "UnaryPositive"):  # fmt: skip
+        return result_type(e.children[0])
+    if kind in _BOOLEAN_KINDS:
+        return "boolean"
+    if kind in ("Add", "Subtract", "Multiply", "Remainder", "Pmod"):
+        left, right = result_type(e.children[0]), result_type(e.children[1])
+        dl, dr = decimal_of(left), decimal_of(right)
+        if dl and dr:
+            (p1, s1), (p2, s2) = dl, dr
+            if kind in ("Add", "Subtract"):
+                scale = max(s1, s2)
+                p, s = max(p1 - s1, p2 - s2) + scale + 1, scale
+            elif kind == "Multiply":
+                p, s = p1 + p2 + 1, s1 + s2
+            else:
+                s = max(s1, s2)
+                p = min(p1 - s1, p2 - s2) + s
+            p, s = _bounded(p, s)
+            return f"decimal({p},{s})"
+        return left
+    if kind == "IntegralDivide":
+        return "long"
+    if kind == "Divide":
+        left = result_type(e.children[0])
+        if decimal_of(left) is not None:
+            raise Unsupported("decimal division")
+        return "double"
+    if kind in ("If",):
+        return result_type(e.children[1])
+    if kind == "CaseWhen":
+        return result_type(e.children[1])
+    if kind in ("Coalesce", "Greatest", "Least"):
+        return result_type(e.children[0])
+    if kind == "Concat":
+        return "string"
+    if kind == "Length":
+        return "integer"
+    if kind == "DateAdd" or kind == "DateSub":
+        return "date"
+    raise Unsupported(f"expression {kind}")
+
+
+_BOOLEAN_KINDS = {
+    "EqualTo", "EqualNullSafe", "LessThan", "LessThanOrEqual", "GreaterThan",
+    "GreaterThanOrEqual", "And", "Or", "Not", "IsNull", "IsNotNull", "In", "InSet",
+    "StartsWith", "EndsWith", "Contains", "Like", "IsNaN",
+}  # fmt: skip
+
+_COMPARE = {
+    "EqualTo": "=",
+    "LessThan": "<",
+    "LessThanOrEqual": "<=",
+    "GreaterThan": ">",
+    "GreaterThanOrEqual": ">=",
+}
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def to_sql_literal(value: Any, dtype: Any) -> str:
+    """A typed DuckDB literal for a Spark literal's JSON ``value`` (a string or null)."""
+    t = duck_type(dtype)
+    if value is None:
+        return f"CAST(NULL AS {t})"
+    text = str(value)
+    if dtype == "string":
+        return _quote(text)
+    if dtype == "boolean":
+        return "TRUE" if text.lower() == "true" else "FALSE"
+    if dtype == "date":
+        # Spark writes a date literal as days since the epoch.
+        if text.lstrip("-").isdigit():
+            return f"(DATE '1970-01-01' + INTERVAL ({int(text)}) DAY)::DATE"
+        return f"DATE {_quote(text)}"
+    if dtype in ("timestamp", "timestamp_ntz"):
+        if text.lstrip("-").isdigit():  # microseconds since the epoch (UTC)
+            return f"CAST(make_timestamp(CAST({int(text)} AS BIGINT)) AS {t})"
+        # Rendered in the session time zone, which deltamv's sessions set to UTC.
+        return f"CAST({_quote(text)} AS {t})"
+    if dtype == "binary":
+        raise Unsupported("binary literals")
+    return f"CAST({_quote(text)} AS {t})"
+
+
+def sql(e: Expr, col: Callable[[int], str]) -> str:
+    """DuckDB SQL computing ``e`` as Spark does; ``col(expr_id)`` names an attribute's column.
+
+    Raises Unsupported with a reason for anything outside the translated set.
+    """
+    kind = e.kind
+    kids = e.children
+
+    def sub(i: int) -> str:
+        return sql(kids[i], col)
+
+    if kind == "AttributeReference":
+        return col(int(e.fields["exprId"]["id"]))
+    if kind == "Literal":
+        return to_sql_literal(e.fields.get("value"), e.fields.get("dataType"))
+    if kind in ("Alias", "KnownNotNull", "UnaryPositive"):
+        return sub(0)
+    if kind in ("KnownFloatingPointNormalized",):
+        return sub(0)
+    if kind == "NormalizeNaNAndZero":
+        x = sub(0)
+        t = duck_type(result_type(kids[0]))
+        return f"(CASE WHEN isnan({x}) THEN CAST('NaN' AS {t}) WHEN {x} = 0 THEN CAST(0 AS {t}) ELSE {x} END)"
+    if kind in _COMPARE:
+        _check_comparable(kids[0])
+        return f"({sub(0)} {_COMPARE[kind]} {sub(1)})"
+    if kind == "EqualNullSafe":
+        _check_comparable(kids[0])
+        return f"({sub(0)} IS NOT DISTINCT FROM {sub(1)})"
+    if kind == "And":
+        return f"({sub(0)} AND {sub(1)})"
+    if kind == "Or":
+        return f"({sub(0)} OR {sub(1)})"
+    if kind == "Not":
+        return f"(NOT {sub(0)})"
+    if kind == "IsNull":
+        return f"({sub(0)} IS NULL)"
+    if kind == "IsNotNull":
+        return f"({sub(0)} IS NOT NULL)"
+    if kind == "IsNaN":
+        return f"coalesce(isnan({sub(0)}), FALSE)"
+    if kind == "In":
+        _check_comparable(kids[0])
+        return f"({sub(0)} IN ({', '.join(sql(k, col) for k in kids[1:])}))"
+    if kind == "InSet":
+        values = e.fields.get("hset")
+        if not isinstance(values, list):
+            raise Unsupported("IN over a set Spark did not list")
+        dtype = result_type(kids[0])
+        items = ", ".join(to_sql_literal(v, dtype) for v in values)
+        return f"({sub(0)} IN ({items}))"
+    if kind in ("Add", "Subtract", "Multiply"):
+        op = {"Add": "+", "Subtract": "-", "Multiply": "*"}[kind]
+        t = result_type(e)
+        if t in ("date", "timestamp", "timestamp_ntz"):
+            raise Unsupported(f"{kind} of {t} values")
+        return f"CAST(({sub(0)} {op} {sub(1)}) AS {duck_type(t)})"
+    if kind == "Divide":
+        t = duck_type(result_type(e))
+        divisor = sub(1)
+        return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
+                f" ELSE CAST({sub(0)} / {divisor} AS {t}) END)")  # fmt: skip
+    if kind == "IntegralDivide":
+        divisor = sub(1)
+        if any(decimal_of(result_type(k)) or result_type(k) in _FRACTIONAL for k in kids):
+            raise Unsupported("DIV of non-integral values")
+        return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
+                f" ELSE CAST({sub(0)} // {divisor} AS BIGINT) END)")  # fmt: skip
+    if kind == "Remainder":
+        t = result_type(e)
+        if t in _FRACTIONAL:
+            raise Unsupported("% of floating-point values")
+        divisor = sub(1)
+        return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
+                f" ELSE CAST({sub(0)} % {divisor} AS {duck_type(t)}) END)")  # fmt: skip
+    if kind == "UnaryMinus":
+        return f"CAST((- {sub(0)}) AS {duck_type(result_type(e))})"
+    if kind == "Abs":
+        return f"CAST(abs({sub(0)}) AS {duck_type(result_type(e))})"
+    if kind == "If":
+        return f"(CASE WHEN {sub(0)} THEN {sub(1)} ELSE {sub(2)} END)"
+    if kind == "CaseWhen":
+        parts = ["CASE"]
+        pairs = len(kids) // 2
+        for i in range(pairs):
+            parts.append(f"WHEN {sub(2 * i)} THEN {sub(2 * i + 1)}")
+        if len(kids) % 2:
+            parts.append(f"ELSE {sub(len(kids) - 1)}")
+        parts.append("END")
+        return "(" + " ".join(parts) + ")"
+    if kind == "Coalesce":
+        return f"coalesce({', '.join(sql(k, col) for k in kids)})"
+    if kind == "Cast":
+        return _cast(e, sub(0), col)
+    if kind == "Concat":
+        if any(result_type(k) != "string" for k in kids):
+            raise Unsupported("concat of non-string values")
+        return "(" + " || ".join(sql(k, col) for k in kids) + ")"
+    if kind == "Length":
+        if result_type(kids[0]) != "string":
+            raise Unsupported("length of non-string values")
+        return f"CAST(length({sub(0)}) AS INTEGER)"
+    if kind == "StartsWith":
+        return f"starts_with({sub(0)}, {sub(1)})"
+    if kind == "EndsWith":
+        return f"ends_with({sub(0)}, {sub(1)})"
+    if kind == "Contains":
+        return f"contains({sub(0)}, {sub(1)})"
+    if kind == "Like":
+        escape = e.fields.get("escapeChar", "\\")
+        return f"({sub(0)} LIKE {sub(1)} ESCAPE {_quote(str(escape))})"
+    if kind == "DateAdd":
+        return f"CAST({sub(0)} + CAST({sub(1)} AS INTEGER) AS DATE)"
+    if kind == "DateSub":
+        return f"CAST({sub(0)} - CAST({sub(1)} AS INTEGER) AS DATE)"
+    raise Unsupported(f"expression {kind}")
+
+
+def _check_comparable(e: Expr) -> None:
+    t = result_type(e)
+    if isinstance(t, dict):
+        raise Unsupported(f"comparison of {t.get('type', 'nested')} values")
+
+
+def _cast(e: Expr, inner: str, col: Callable[[int], str]) -> str:
+    source = result_type(e.children[0])
+    target = e.fields.get("dataType")
+    if source == target:
+        return inner
+    t = duck_type(target)
+    numeric = (*_INTEGRAL, *_FRACTIONAL)
+    if target in _INTEGRAL and (source in _FRACTIONAL or decimal_of(source)):
+        # Spark truncates a fraction towards zero; DuckDB would round it.
+        return f"CAST(trunc({inner}) AS {t})"
+    if (source in numeric or decimal_of(source)) and (target in numeric or decimal_of(target)):
+        if source in _FRACTIONAL and decimal_of(target):
+            raise Unsupported(f"cast of {source} to {target}")
+        return f"CAST({inner} AS {t})"
+    if target == "string" and (source in _INTEGRAL or source == "string"):
+        return f"CAST({inner} AS VARCHAR)"
+    if target == "string" and decimal_of(source):
+        return f"CAST({inner} AS VARCHAR)"
+    if source == "boolean" and target in _INTEGRAL:
+        return f"CAST({inner} AS {t})"
+    if source == "date" and target in ("timestamp", "timestamp_ntz"):
+        raise Unsupported(f"cast of {source} to {target}")
+    raise Unsupported(f"cast of {source} to {target}")

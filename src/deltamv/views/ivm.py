@@ -1,0 +1,1274 @@
+"""Incremental view maintenance: a view's change per batch from its inputs' changes.
+
+A view's optimized Spark plan (:mod:`.plan`) is compiled into operators that each know
+how their output changes when their inputs change. Changes travel as Z-sets: Arrow
+tables of rows with an integer weight ``__w`` (+n: n copies added, -n: removed), as in
+DBSP/Materialize. Columns are named ``c<id>`` after Spark's attribute ids.
+
+The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` its change:
+
+- filter and project apply to the changed rows;
+- an equi-join changes by ``dL join R + L' join dR``: each side's changed rows probe the
+  other side's state by the join key (through the mirrors' indexes), never a scan; an
+  outer join also recomputes, for the keys the batch touched, which rows are padded
+  with NULLs (a row gains its padding when its last match leaves and loses it when the
+  first arrives); a semi or anti join likewise recomputes membership for touched keys;
+- a cross join of single-row inputs (global aggregates) recomputes its one row;
+- an aggregate of COUNT, SUM and AVG over exact numbers keeps per group the row count and
+  exact sums (state in SQLite), so a group whose last row leaves disappears (its count,
+  not its sum, is zero), a SUM over only NULLs stays NULL, and a global aggregate keeps
+  its one row over empty input;
+- any other aggregate (MIN, MAX, COUNT(DISTINCT), HAVING over them, floating-point
+  sums) is recomputed for the groups the batch touched, from the input rows of those
+  groups (looked up by the group key);
+- anything else is not maintained here: :class:`~deltamv.views.expr.Unsupported` names
+  the reason and the view is recomputed by Spark.
+
+Within a batch every operator sees its inputs' states before the batch (from the
+mirrors and state tables, unchanged until the batch's end) and after it (before plus
+the batch's change, patched in memory), so any number of views and joins see one
+consistent pair of database states.
+"""
+
+from __future__ import annotations
+
+import decimal
+import itertools
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from deltamv.compute import Compute
+from deltamv.state.codec import normalise_floats
+from deltamv.state.keyed import ROWID, KeyedTable, Mirror
+from deltamv.views.expr import (
+    Unsupported,
+    decimal_of,
+    duck_type,
+    result_type,
+    sql,
+)
+from deltamv.views.plan import Attr, Expr, Node, short_class
+
+__all__ = ["Batch", "Op", "ViewMaintainer", "W", "arrow_type", "compile_view", "consolidate"]
+
+W = "__w"
+
+
+# -- types and Z-set helpers ------------------------------------------------------------
+def arrow_type(dtype: Any) -> pa.DataType:
+    simple = {
+        "long": pa.int64(), "integer": pa.int32(), "short": pa.int16(), "byte": pa.int8(),
+        "double": pa.float64(), "float": pa.float32(), "string": pa.string(),
+        "boolean": pa.bool_(), "date": pa.date32(), "timestamp": pa.timestamp("us", tz="UTC"),
+        "timestamp_ntz": pa.timestamp("us"), "binary": pa.binary(),
+    }  # fmt: skip
+    if isinstance(dtype, str) and dtype in simple:
+        return simple[dtype]
+    dec = decimal_of(dtype)
+    if dec is not None:
+        return pa.decimal128(*dec)
+    raise Unsupported(f"values of type {dtype}")
+
+
+def schema_of(attrs: Sequence[Attr], *, weight: bool = True) -> pa.Schema:
+    fields = [pa.field(a.col, arrow_type(a.dtype)) for a in attrs]
+    if weight:
+        fields.append(pa.field(W, pa.int64()))
+    return pa.schema(fields)
+
+
+def empty(attrs: Sequence[Attr]) -> pa.Table:
+    return schema_of(attrs).empty_table()
+
+
+def conform(table: pa.Table, attrs: Sequence[Attr]) -> pa.Table:
+    """``table``'s columns of ``attrs`` (and the weight) in order, cast to their types."""
+    schema = schema_of(attrs)
+    return table.select(schema.names).cast(schema)
+
+
+def concat(parts: Iterable[pa.Table | None], attrs: Sequence[Attr]) -> pa.Table | None:
+    found = [conform(p, attrs) for p in parts if p is not None and p.num_rows]
+    if not found:
+        return None
+    return pa.concat_tables(found) if len(found) > 1 else found[0]
+
+
+def negate(z: pa.Table) -> pa.Table:
+    return z.set_column(z.schema.get_field_index(W), W, pc.negate(z.column(W)))
+
+
+def consolidate(compute: Compute, z: pa.Table | None) -> pa.Table | None:
+    """Sum the weights of equal rows and drop rows whose weight is zero."""
+    if z is None or z.num_rows == 0:
+        return None
+    cols = [c for c in z.column_names if c != W]
+    if not cols:
+        total = pc.sum(z.column(W)).as_py() or 0
+        return None if total == 0 else pa.table({W: pa.array([total], pa.int64())})
+    names = ", ".join(f'"{c}"' for c in cols)
+    out = compute.query(
+        f'SELECT {names}, CAST(sum("{W}") AS BIGINT) AS "{W}" FROM z GROUP BY ALL'
+        f' HAVING sum("{W}") <> 0',
+        z=z,
+    )
+    return out.cast(z.schema) if out.num_rows else None
+
+
+def _col(i: int) -> str:
+    return f'"c{i}"'
+
+
+def _cols(attrs: Sequence[Attr], prefix: str = "") -> str:
+    return ", ".join(f'{prefix}"{a.col}"' for a in attrs)
+
+
+# -- the batch context ------------------------------------------------------------------
+@dataclass
+class Batch:
+    """What the operators of all views see in one batch.
+
+    ``changes``: per source table, its Z-set over the declared columns (by name).
+    ``initial``: the views are being built from scratch: the state before is empty and
+    the mirrors already hold the state after (``changes`` then holds every row).
+    """
+
+    compute: Compute
+    mirrors: Mapping[str, Mirror]
+    changes: Mapping[str, pa.Table]
+    initial: bool = False
+    cache: dict[Any, Any] = field(default_factory=dict)
+
+    def changed(self, tables: Iterable[str]) -> bool:
+        return any(t in self.changes and self.changes[t].num_rows for t in tables)
+
+
+class Op:
+    """One operator of a maintained view (see the module doc)."""
+
+    output: tuple[Attr, ...]
+    tables: frozenset[str]
+    small: bool = False  # always exactly one row (a global aggregate), or built from such
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        raise NotImplementedError
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        return False
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        """Rows of this operator's output (old or new state) whose ``attrs`` equal a row of
+        ``keys`` (columns named by the attrs). A bag: weights are multiplicities."""
+        raise Unsupported("a lookup into this part of the plan")
+
+    def whole(self, b: Batch, *, new: bool) -> pa.Table:
+        """The whole output (only for small operators)."""
+        raise Unsupported("a full evaluation of this part of the plan")
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        """SQL for the whole output (columns ``c<id>`` and ``__w``) over the source tables,
+        ``base(table, attrs)`` naming a relation with a table's rows as those attrs."""
+        raise Unsupported("a full evaluation of this part of the plan")
+
+    def children(self) -> tuple[Op, ...]:
+        return ()
+
+    def prepare(self) -> None:
+        """Create indexes and state tables this operator needs."""
+        for child in self.children():
+            child.prepare()
+
+    def finish(self, b: Batch) -> None:
+        """Write this batch's state changes (called once, after every view's delta)."""
+        for child in self.children():
+            child.finish(b)
+
+    def reset(self) -> None:
+        """Forget any state (the view is rebuilt)."""
+        for child in self.children():
+            child.reset()
+
+
+# -- scans ------------------------------------------------------------------------------
+class ScanOp(Op):
+    def __init__(self, table: str, output: Sequence[Attr], mirror: Mirror) -> None:
+        self.table = table
+        self.output = tuple(output)
+        self.tables = frozenset({table})
+        self.mirror = mirror
+        self.indexes: set[tuple[str, ...]] = set()
+
+    def _named(self, rows: pa.Table) -> pa.Table:
+        """A table's rows (declared column names) as this scan's attribute columns."""
+        cols = {a.col: rows.column(a.name) for a in self.output}
+        weight = rows.column(W) if W in rows.column_names else pa.array(
+            [1] * rows.num_rows, pa.int64())  # fmt: skip
+        return pa.table({**cols, W: weight})
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        change = b.changes.get(self.table)
+        if change is None or change.num_rows == 0:
+            return None
+        return conform(self._named(change), self.output)
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        ids = {a.id for a in self.output}
+        if not all(a.id in ids for a in attrs):
+            return False
+        self.indexes.add(tuple(a.name for a in attrs))
+        return True
+
+    def prepare(self) -> None:
+        for names in self.indexes:
+            if names:
+                self.mirror.ensure_index(list(names))
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        names = [a.name for a in attrs]
+        by_name = keys.rename_columns(names).select(names) if names else keys
+        if not names:
+            raise Unsupported("a scan of a whole table")
+        strict = not all(null_safe)
+        if b.initial and not new:
+            return empty(self.output)
+        found = self.mirror.lookup(names, by_name, null_safe=not strict).drop_columns([ROWID])
+        rows = self._named(found)
+        if not new or b.initial:
+            return conform(rows, self.output)
+        change = self.delta(b)
+        if change is None:
+            return conform(rows, self.output)
+        keys_c = keys.rename_columns([a.col for a in attrs])
+        on = " AND ".join(
+            f'd."{a.col}" {"IS NOT DISTINCT FROM" if ns else "="} k."{a.col}"'
+            for a, ns in zip(attrs, null_safe, strict=True)
+        )
+        hit = b.compute.query(f"SELECT d.* FROM d WHERE EXISTS (SELECT 1 FROM k WHERE {on})",
+                              d=change, k=keys_c)  # fmt: skip
+        return consolidate(b.compute, concat([rows, hit], self.output)) or empty(self.output)
+
+    def whole(self, b: Batch, *, new: bool) -> pa.Table:
+        raise Unsupported(f"a scan of the whole table {self.table}")
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        return base(self.table, self.output)
+
+
+# -- filter and project -----------------------------------------------------------------
+class FilterOp(Op):
+    def __init__(self, child: Op, condition: Expr) -> None:
+        self.child = child
+        self.output = child.output
+        self.tables = child.tables
+        self.small = child.small
+        self.cond = sql(condition, _col)
+
+    def children(self) -> tuple[Op, ...]:
+        return (self.child,)
+
+    def _apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None or rows.num_rows == 0:
+            return rows
+        return b.compute.query(f"SELECT * FROM d WHERE {self.cond}", d=rows)
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        return self._apply(b, self.child.delta(b))
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        return self.child.can_lookup(attrs)
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        rows = self.child.lookup(b, attrs, keys, new=new, null_safe=null_safe)
+        return self._apply(b, rows) or empty(self.output)
+
+    def whole(self, b: Batch, *, new: bool) -> pa.Table:
+        return self._apply(b, self.child.whole(b, new=new)) or empty(self.output)
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        return f"SELECT * FROM ({self.child.full_sql(base)}) WHERE {self.cond}"
+
+
+class ProjectOp(Op):
+    def __init__(self, child: Op, items: Sequence[tuple[Attr, Expr]]) -> None:
+        self.child = child
+        self.items = tuple(items)
+        self.output = tuple(a for a, _ in items)
+        self.tables = child.tables
+        self.small = child.small
+        parts = []
+        for attr, e in items:
+            t = duck_type(attr.dtype)
+            parts.append(f'CAST({sql(e, _col)} AS {t}) AS "{attr.col}"')
+        self.select = ", ".join([*parts, f'"{W}"'])
+        # Output attributes that are plain references to a child attribute.
+        self.passthrough: dict[int, Attr] = {}
+        for attr, e in items:
+            inner = e.children[0] if e.kind == "Alias" else e
+            ref = inner.attr()
+            if ref is not None:
+                self.passthrough[attr.id] = next((c for c in child.output if c.id == ref.id), ref)
+
+    def children(self) -> tuple[Op, ...]:
+        return (self.child,)
+
+    def _apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None:
+            return None
+        if rows.num_rows == 0:
+            return empty(self.output)
+        return conform(b.compute.query(f"SELECT {self.select} FROM d", d=rows), self.output)
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        return self._apply(b, self.child.delta(b))
+
+    def _inner(self, attrs: Sequence[Attr]) -> list[Attr] | None:
+        found = [self.passthrough.get(a.id) for a in attrs]
+        return None if any(f is None for f in found) else [f for f in found if f is not None]
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        inner = self._inner(attrs)
+        return inner is not None and self.child.can_lookup(inner)
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        inner = self._inner(attrs)
+        if inner is None:
+            raise Unsupported("a lookup by a computed column")
+        renamed = keys.rename_columns([a.col for a in inner])
+        rows = self.child.lookup(b, inner, renamed, new=new, null_safe=null_safe)
+        return self._apply(b, rows) or empty(self.output)
+
+    def whole(self, b: Batch, *, new: bool) -> pa.Table:
+        return self._apply(b, self.child.whole(b, new=new)) or empty(self.output)
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        return f"SELECT {self.select} FROM ({self.child.full_sql(base)})"
+
+
+class ExpandOp(Op):
+    """Spark's Expand (from its rewrite of several DISTINCT aggregates): each input row
+    gives one output row per projection. Linear, so its change is its input's, expanded."""
+
+    def __init__(
+        self, child: Op, projections: Sequence[Sequence[Expr]], output: Sequence[Attr]
+    ) -> None:
+        self.child = child
+        self.output = tuple(output)
+        self.tables = child.tables
+        selects = []
+        for proj in projections:
+            parts = [
+                f'CAST({sql(e, _col)} AS {duck_type(a.dtype)}) AS "{a.col}"'
+                for a, e in zip(self.output, proj, strict=True)
+            ]
+            selects.append(", ".join([*parts, f'"{W}"']))
+        self.selects = selects
+        self.passthrough: dict[int, Attr] = {}
+        for i, attr in enumerate(self.output):
+            refs = {p[i].attr().id if p[i].attr() else None for p in projections}  # type: ignore[union-attr]
+            if len(refs) == 1 and None not in refs:
+                ref = refs.pop()
+                self.passthrough[attr.id] = next(c for c in child.output if c.id == ref)
+
+    def children(self) -> tuple[Op, ...]:
+        return (self.child,)
+
+    def _apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None:
+            return None
+        query = " UNION ALL ".join(f"SELECT {s} FROM d" for s in self.selects)
+        return conform(b.compute.query(query, d=rows), self.output)
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        return self._apply(b, self.child.delta(b))
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        inner = [self.passthrough.get(a.id) for a in attrs]
+        return all(i is not None for i in inner) and self.child.can_lookup(
+            [i for i in inner if i is not None])  # fmt: skip
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        inner = [self.passthrough[a.id] for a in attrs]
+        rows = self.child.lookup(b, inner, keys.rename_columns([a.col for a in inner]),
+                                 new=new, null_safe=null_safe)  # fmt: skip
+        return self._apply(b, rows) or empty(self.output)
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        child = self.child.full_sql(base)
+        return " UNION ALL ".join(f"SELECT {s} FROM ({child})" for s in self.selects)
+
+
+# -- joins --------------------------------------------------------------------------------
+_JOIN_KINDS = {
+    "Inner$": "inner", "Cross$": "inner", "LeftOuter$": "left", "RightOuter$": "right",
+    "FullOuter$": "full", "LeftSemi$": "semi", "LeftAnti$": "anti",
+}  # fmt: skip
+
+
+def _conjuncts(e: Expr | None) -> list[Expr]:
+    if e is None:
+        return []
+    if e.kind == "And":
+        return _conjuncts(e.children[0]) + _conjuncts(e.children[1])
+    return [e]
+
+
+def _key_attr(e: Expr, side: Sequence[Attr]) -> Attr | None:
+    """The side's attribute a join key expression is, if it is one."""
+    inner = e
+    while inner.kind in ("KnownFloatingPointNormalized", "NormalizeNaNAndZero", "KnownNotNull"):
+        inner = inner.children[0]
+    ref = inner.attr()
+    if ref is None:
+        return None
+    return next((a for a in side if a.id == ref.id), None)
+
+
+class JoinOp(Op):
+    def __init__(self, left: Op, right: Op, kind: str, condition: Expr | None) -> None:
+        self.left, self.right, self.kind = left, right, kind
+        self.tables = left.tables | right.tables
+        left_ids = {a.id for a in left.output}
+        right_ids = {a.id for a in right.output}
+        self.lkeys: list[Expr] = []
+        self.rkeys: list[Expr] = []
+        self.null_safe: list[bool] = []
+        residual: list[Expr] = []
+        for c in _conjuncts(condition):
+            if c.kind in ("EqualTo", "EqualNullSafe"):
+                a, z = c.children
+                ra, rz = a.references(), z.references()
+                if ra and rz and ra <= left_ids and rz <= right_ids:
+                    self._key(a, z, c.kind)
+                    continue
+                if ra and rz and ra <= right_ids and rz <= left_ids:
+                    self._key(z, a, c.kind)
+                    continue
+            residual.append(c)
+        self.residual = [sql(r, _col) for r in residual]
+        if kind in ("semi", "anti"):
+            self.output = left.output
+        else:
+            self.output = left.output + right.output
+        self.small = left.small and right.small and kind == "inner"
+        if not self.lkeys and not self.small:
+            raise Unsupported(f"a {kind} join without an equality between the two sides")
+        if self.lkeys:
+            self.lattrs = [_key_attr(k, left.output) for k in self.lkeys]
+            self.rattrs = [_key_attr(k, right.output) for k in self.rkeys]
+            if any(a is None for a in self.lattrs) or any(a is None for a in self.rattrs):
+                raise Unsupported("a join on computed keys")
+            if not left.can_lookup(self.lattrs) or not right.can_lookup(self.rattrs):  # type: ignore[arg-type]
+                raise Unsupported("a join whose inputs cannot be looked up by the join key")
+
+    def _key(self, left: Expr, right: Expr, kind: str) -> None:
+        self.lkeys.append(left)
+        self.rkeys.append(right)
+        self.null_safe.append(kind == "EqualNullSafe")
+
+    def children(self) -> tuple[Op, ...]:
+        return (self.left, self.right)
+
+    # SQL pieces over tables aliased l and r
+    def _on(self) -> str:
+        parts = []
+        for lk, rk, ns in zip(self.lkeys, self.rkeys, self.null_safe, strict=True):
+            op = "IS NOT DISTINCT FROM" if ns else "="
+            parts.append(
+                f"({sql(lk, lambda i: f'l.{_col(i)}')} {op} {sql(rk, lambda i: f'r.{_col(i)}')})"
+            )
+        parts += [self._qualified(c) for c in self.residual]
+        return " AND ".join(parts) if parts else "TRUE"
+
+    def _qualified(self, condition: str) -> str:
+        out = condition
+        for a in self.left.output:
+            out = out.replace(f'"{a.col}"', f'l."{a.col}"')
+        for a in self.right.output:
+            out = out.replace(f'"{a.col}"', f'r."{a.col}"')
+        return out.replace('l.l."', 'l."').replace('r.r."', 'r."')
+
+    def _pairs(self, b: Batch, left: pa.Table, right: pa.Table) -> pa.Table | None:
+        """Matched pairs of two bags/Z-sets, weights multiplied."""
+        if left.num_rows == 0 or right.num_rows == 0:
+            return None
+        query = (
+            f"SELECT {_cols(self.left.output, 'l.')}, {_cols(self.right.output, 'r.')},"
+            f' CAST(l."{W}" * r."{W}" AS BIGINT) AS "{W}" FROM l JOIN r ON {self._on()}'
+        )
+        out = b.compute.query(query, l=left, r=right)
+        return conform(out, self.left.output + self.right.output) if out.num_rows else None
+
+    def _keys_of(
+        self, b: Batch, rows: pa.Table, keys: Sequence[Expr], attrs: Sequence[Attr]
+    ) -> pa.Table:
+        cols = ", ".join(f'{sql(k, _col)} AS "{a.col}"' for k, a in zip(keys, attrs, strict=True))
+        return b.compute.query(f"SELECT DISTINCT {cols} FROM d", d=rows)
+
+    def _probe_right(self, b: Batch, left_rows: pa.Table, *, new: bool) -> pa.Table:
+        keys = self._keys_of(b, left_rows, self.lkeys, self.rattrs)  # type: ignore[arg-type]
+        return self.right.lookup(b, self.rattrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
+
+    def _probe_left(self, b: Batch, right_rows: pa.Table, *, new: bool) -> pa.Table:
+        keys = self._keys_of(b, right_rows, self.rkeys, self.lattrs)  # type: ignore[arg-type]
+        return self.left.lookup(b, self.lattrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
+
+    def _inner_delta(self, b: Batch, dl: pa.Table | None, dr: pa.Table | None) -> pa.Table | None:
+        parts = []
+        if dl is not None:
+            parts.append(self._pairs(b, dl, self._probe_right(b, dl, new=False)))
+        if dr is not None:
+            parts.append(self._pairs(b, self._probe_left(b, dr, new=True), dr))
+        return concat(parts, self.left.output + self.right.output)
+
+    def _touched(self, b: Batch, dl: pa.Table | None, dr: pa.Table | None) -> pa.Table:
+        """The key values (as the left side's key attrs) the batch touched."""
+        parts = []
+        if dl is not None:
+            parts.append(self._keys_of(b, dl, self.lkeys, self.lattrs))  # type: ignore[arg-type]
+        if dr is not None:
+            parts.append(self._keys_of(b, dr, self.rkeys, self.lattrs))  # type: ignore[arg-type]
+        keys = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
+        return b.compute.query("SELECT DISTINCT * FROM k", k=keys)
+
+    def _unmatched(self, b: Batch, rows: pa.Table, other: pa.Table, *, rows_left: bool) -> pa.Table:
+        """The rows of ``rows`` with no match in ``other``."""
+        if rows.num_rows == 0:
+            return rows
+        if other.num_rows == 0:
+            return rows
+        if rows_left:
+            query = f"SELECT l.* FROM l WHERE NOT EXISTS (SELECT 1 FROM r WHERE {self._on()})"
+            return b.compute.query(query, l=rows, r=other)
+        query = f"SELECT r.* FROM r WHERE NOT EXISTS (SELECT 1 FROM l WHERE {self._on()})"
+        return b.compute.query(query, l=other, r=rows)
+
+    def _matched(self, b: Batch, rows: pa.Table, other: pa.Table) -> pa.Table:
+        if rows.num_rows == 0 or other.num_rows == 0:
+            return rows.slice(0, 0)
+        query = f"SELECT l.* FROM l WHERE EXISTS (SELECT 1 FROM r WHERE {self._on()})"
+        return b.compute.query(query, l=rows, r=other)
+
+    def _pad(self, rows: pa.Table, side: str) -> pa.Table:
+        """Rows of one side with NULLs for the other side's columns."""
+        cols: dict[str, Any] = {}
+        n = rows.num_rows
+        for a in self.left.output:
+            cols[a.col] = rows.column(a.col) if side == "left" else pa.nulls(n, arrow_type(a.dtype))
+        for a in self.right.output:
+            cols[a.col] = (
+                rows.column(a.col) if side == "right" else pa.nulls(n, arrow_type(a.dtype))
+            )
+        cols[W] = rows.column(W)
+        return pa.table(cols)
+
+    def _nullkey(self, b: Batch, rows: pa.Table | None, keys: Sequence[Expr]) -> pa.Table | None:
+        """Rows whose strict (not null-safe) key has a NULL: they never match."""
+        if rows is None or rows.num_rows == 0:
+            return None
+        tests = [
+            f"({sql(k, _col)}) IS NULL"
+            for k, ns in zip(keys, self.null_safe, strict=True)
+            if not ns
+        ]
+        if not tests:
+            return None
+        out = b.compute.query(f"SELECT * FROM d WHERE {' OR '.join(tests)}", d=rows)
+        return out if out.num_rows else None
+
+    def _side_delta(self, b: Batch, side: str, dl: pa.Table | None, dr: pa.Table | None,
+                    *, keep: str) -> pa.Table | None:  # fmt: skip
+        """Change of the rows of ``side`` kept for having no match (keep="unmatched", for
+        outer and anti joins) or a match (keep="matched", semi joins), over touched keys."""
+        if dl is None and dr is None:
+            return None
+        keys = self._touched(b, dl, dr)
+        rkeys = keys.rename_columns([a.col for a in self.rattrs])  # type: ignore[union-attr]
+        old_l = self.left.lookup(b, self.lattrs, keys, new=False, null_safe=self.null_safe)  # type: ignore[arg-type]
+        new_l = self.left.lookup(b, self.lattrs, keys, new=True, null_safe=self.null_safe)  # type: ignore[arg-type]
+        old_r = self.right.lookup(b, self.rattrs, rkeys, new=False, null_safe=self.null_safe)  # type: ignore[arg-type]
+        new_r = self.right.lookup(b, self.rattrs, rkeys, new=True, null_safe=self.null_safe)  # type: ignore[arg-type]
+        if side == "left":
+            mine_old, mine_new, other_old, other_new = old_l, new_l, old_r, new_r
+            changed, keys_of = dl, self.lkeys
+        else:
+            mine_old, mine_new, other_old, other_new = old_r, new_r, old_l, new_l
+            changed, keys_of = dr, self.rkeys
+        rows_left = side == "left"
+        if keep == "matched":
+            before = self._matched(b, mine_old, other_old)
+            after = self._matched(b, mine_new, other_new)
+        else:
+            before = self._unmatched(b, mine_old, other_old, rows_left=rows_left)
+            after = self._unmatched(b, mine_new, other_new, rows_left=rows_left)
+        attrs = self.left.output if rows_left else self.right.output
+        parts = [after, negate(before)]
+        if keep == "unmatched":
+            parts.append(self._nullkey(b, changed, keys_of))
+        return consolidate(b.compute, concat(parts, attrs))
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        dl, dr = self.left.delta(b), self.right.delta(b)
+        if dl is None and dr is None:
+            return None
+        if not self.lkeys:  # a product of single-row inputs
+            before = self._product(b, new=False)
+            after = self._product(b, new=True)
+            return consolidate(b.compute, concat([after, negate(before)], self.output))
+        if self.kind in ("semi", "anti"):
+            return self._side_delta(
+                b, "left", dl, dr, keep="matched" if self.kind == "semi" else "unmatched"
+            )
+        parts = [self._inner_delta(b, dl, dr)]
+        if self.kind in ("left", "full"):
+            pad = self._side_delta(b, "left", dl, dr, keep="unmatched")
+            parts.append(None if pad is None else self._pad(pad, "left"))
+        if self.kind in ("right", "full"):
+            pad = self._side_delta(b, "right", dl, dr, keep="unmatched")
+            parts.append(None if pad is None else self._pad(pad, "right"))
+        return concat(parts, self.output)
+
+    def _product(self, b: Batch, *, new: bool) -> pa.Table:
+        left, right = self.left.whole(b, new=new), self.right.whole(b, new=new)
+        cond = " AND ".join(self._qualified(c) for c in self.residual) or "TRUE"
+        query = (f'SELECT {_cols(self.left.output, "l.")}, {_cols(self.right.output, "r.")},'
+                 f' CAST(l."{W}" * r."{W}" AS BIGINT) AS "{W}" FROM l, r WHERE {cond}')  # fmt: skip
+        return conform(b.compute.query(query, l=left, r=right), self.output)
+
+    def whole(self, b: Batch, *, new: bool) -> pa.Table:
+        if not self.small:
+            raise Unsupported("a full evaluation of a join")
+        return self._product(b, new=new)
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        if not attrs or not self.lkeys:
+            return False
+        left_ids = {a.id for a in self.left.output}
+        if all(a.id in left_ids for a in attrs) and self.kind in ("inner", "left", "semi", "anti"):
+            return self.left.can_lookup(attrs)
+        right_ids = {a.id for a in self.right.output}
+        if all(a.id in right_ids for a in attrs) and self.kind in ("inner", "right"):
+            return self.right.can_lookup(attrs)
+        return False
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        left_ids = {a.id for a in self.left.output}
+        if all(a.id in left_ids for a in attrs):
+            rows = self.left.lookup(b, attrs, keys, new=new, null_safe=null_safe)
+            if rows.num_rows == 0:
+                return empty(self.output)
+            other = self._probe_right(b, rows, new=new)
+            if self.kind == "semi":
+                return conform(self._matched(b, rows, other), self.output)
+            if self.kind == "anti":
+                return conform(self._unmatched(b, rows, other, rows_left=True), self.output)
+            parts = [self._pairs(b, rows, other)]
+            if self.kind == "left":
+                parts.append(self._pad(self._unmatched(b, rows, other, rows_left=True), "left"))
+            return concat(parts, self.output) or empty(self.output)
+        rows = self.right.lookup(b, attrs, keys, new=new, null_safe=null_safe)
+        if rows.num_rows == 0:
+            return empty(self.output)
+        other = self._probe_left(b, rows, new=new)
+        parts = [self._pairs(b, other, rows)]
+        if self.kind == "right":
+            parts.append(self._pad(self._unmatched(b, rows, other, rows_left=False), "right"))
+        return concat(parts, self.output) or empty(self.output)
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        left, right = self.left.full_sql(base), self.right.full_sql(base)
+        on = self._on()
+        if self.kind in ("semi", "anti"):
+            exists = "EXISTS" if self.kind == "semi" else "NOT EXISTS"
+            return (
+                f"SELECT l.* FROM ({left}) l WHERE {exists} (SELECT 1 FROM ({right}) r WHERE {on})"
+            )
+        join = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}[
+            self.kind
+        ]
+        weight = f'CAST(coalesce(l."{W}", 1) * coalesce(r."{W}", 1) AS BIGINT)'
+        return (f'SELECT {_cols(self.left.output, "l.")}, {_cols(self.right.output, "r.")},'
+                f' {weight} AS "{W}" FROM ({left}) l {join} ({right}) r ON {on}')  # fmt: skip
+
+
+# -- aggregates -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class AggCall:
+    """One aggregate function call of an Aggregate node."""
+
+    result_id: int
+    function: str  # Count, Sum, Average, Min, Max, ...
+    args: tuple[Expr, ...]
+    distinct: bool
+    filter: Expr | None
+    dtype: Any  # Spark's result type
+
+    @property
+    def linear(self) -> bool:
+        """Maintained by per-group sums (exact types only)."""
+        if self.distinct:
+            return False
+        if self.function == "Count":
+            return True
+        if self.function in ("Sum", "Average"):
+            t = result_type(self.args[0])
+            return t in ("long", "integer", "short", "byte") or decimal_of(t) is not None
+        return False
+
+
+def _agg_calls(items: Sequence[tuple[Attr, Expr]]) -> list[AggCall]:
+    calls: dict[int, AggCall] = {}
+    for _, e in items:
+        for node in e.walk():
+            if node.kind != "AggregateExpression":
+                continue
+            fn = node.children[0]
+            rid = int(node.fields["resultId"]["id"])
+            filt = node.children[1] if len(node.children) > 1 else None
+            calls[rid] = AggCall(rid, fn.kind, fn.children, bool(node.fields.get("isDistinct")),
+                                 filt, _agg_type(fn))  # fmt: skip
+    return list(calls.values())
+
+
+def _agg_type(fn: Expr) -> Any:
+    kind = fn.kind
+    if kind == "Count":
+        return "long"
+    arg = result_type(fn.children[0]) if fn.children else None
+    if kind == "Sum":
+        dec = decimal_of(arg)
+        if dec:
+            return f"decimal({min(38, dec[0] + 10)},{dec[1]})"
+        if arg in ("float", "double"):
+            return "double"
+        return "long"
+    if kind == "Average":
+        dec = decimal_of(arg)
+        if dec:
+            from deltamv.views.expr import _bounded
+
+            p, s = _bounded(dec[0] + 4, dec[1] + 4)
+            return f"decimal({p},{s})"
+        return "double"
+    if kind in ("Min", "Max"):
+        return arg
+    raise Unsupported(f"aggregate function {kind}")
+
+
+def _replace_aggs(
+    e: Expr, cols: Mapping[int, str], col: Callable[[int], str], groups: Sequence[Expr] = ()
+) -> str:
+    """SQL of an output expression with each aggregate call replaced by its value column
+    and, given ``groups``, each grouping expression by its group column ``g<i>``."""
+
+    def resolve(i: int) -> str:
+        if i < 0 and groups:
+            return f'"g{-i - 1}"'
+        return cols.get(i) or col(i)
+
+    def rewrite(x: Expr) -> Expr:
+        for i, g in enumerate(groups):
+            if x == g:
+                return Expr("AttributeReference", {"exprId": {"id": -(i + 1)}, "name": f"g{i}",
+                                                   "dataType": result_type(g), "nullable": True}, ())  # fmt: skip
+        if x.kind == "AggregateExpression":
+            rid = int(x.fields["resultId"]["id"])
+            return Expr("AttributeReference", {"exprId": {"id": rid}, "name": f"agg{rid}",
+                                               "dataType": _agg_type(x.children[0]),
+                                               "nullable": True}, ())  # fmt: skip
+        return Expr(x.kind, x.fields, tuple(rewrite(c) for c in x.children))
+
+    return sql(rewrite(e), resolve)
+
+
+class AggregateOp(Op):
+    """GROUP BY (or a global aggregate); see the module doc for the two strategies."""
+
+    def __init__(self, child: Op, groups: Sequence[Expr], items: Sequence[tuple[Attr, Expr]],
+                 state: Callable[[str, pa.Schema, Sequence[Sequence[str]]], KeyedTable],
+                 name: str) -> None:  # fmt: skip
+        self.child = child
+        self.items = tuple(items)
+        self.output = tuple(a for a, _ in items)
+        self.tables = child.tables
+        self.groups = tuple(groups)
+        self.calls = _agg_calls(items)
+        self.small = not self.groups
+        self.name = name
+        for call in self.calls:
+            if call.function not in ("Count", "Sum", "Average", "Min", "Max"):
+                raise Unsupported(f"aggregate function {call.function}")
+            for arg in call.args:
+                sql(arg, _col)
+        self.group_attrs = [
+            Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
+        ]
+        self.group_sql = [sql(g, _col) for g in self.groups]
+        self.linear = all(c.linear for c in self.calls)
+        # The child attributes behind each group expression (for lookups by group).
+        self.group_refs = [_key_attr(g, child.output) for g in self.groups]
+        # Output attributes that are a group expression: output attr id -> group index.
+        self.out_group: dict[int, int] = {}
+        for attr, e in items:
+            inner = e.children[0] if e.kind == "Alias" else e
+            for i, g in enumerate(self.groups):
+                if inner == g:
+                    self.out_group[attr.id] = i
+        if not self.linear:
+            if self.groups and (any(r is None for r in self.group_refs)
+                                or not child.can_lookup(self.group_refs)):  # type: ignore[arg-type]  # fmt: skip
+                raise Unsupported("an aggregate whose groups cannot be looked up in its input")
+            if not self.groups:
+                raise Unsupported(
+                    "a global aggregate other than COUNT, SUM and AVG of exact numbers"
+                )
+        self.state: KeyedTable | None = None
+        if self.linear:
+            fields = [
+                pa.field(f"g{i}", arrow_type(a.dtype)) for i, a in enumerate(self.group_attrs)
+            ]
+            fields.append(pa.field("n", pa.int64()))
+            for i, call in enumerate(self.calls):
+                if call.function != "Count":
+                    fields.append(pa.field(f"s{i}", pa.decimal128(38, self._sum_scale(call))))
+                fields.append(pa.field(f"n{i}", pa.int64()))
+            self.state_schema = pa.schema(fields)
+            index = [[f"g{i}" for i in range(len(self.groups))]] if self.groups else []
+            self.state = state(name, self.state_schema, index)
+        self.items_sql = {
+            attr.id: _replace_aggs(
+                e, {c.result_id: f'"v{c.result_id}"' for c in self.calls}, _col, self.groups
+            )
+            for attr, e in items
+        }
+
+    @staticmethod
+    def _sum_scale(call: AggCall) -> int:
+        dec = decimal_of(result_type(call.args[0])) if call.args else None
+        return dec[1] if dec else 0
+
+    def children(self) -> tuple[Op, ...]:
+        return (self.child,)
+
+    def reset(self) -> None:
+        if self.state is not None:
+            self.state.clear()
+        super().reset()
+
+    # -- shared: finishing state rows into output rows ---------------------------------
+    def _finalize(self, b: Batch, states: pa.Table, weight: int) -> pa.Table:
+        """Output rows (with ``weight``) for state rows of the linear strategy."""
+        if states.num_rows == 0:
+            return empty(self.output)
+        cols = {f"g{i}": states.column(f"g{i}") for i in range(len(self.groups))}
+        for i, call in enumerate(self.calls):
+            n = states.column(f"n{i}")
+            cols[f"v{call.result_id}"] = _final_value(call, None if call.function == "Count" else
+                                                      states.column(f"s{i}"), n)  # fmt: skip
+        table = pa.table(cols) if cols else pa.table({"_": pa.nulls(states.num_rows)})
+        select = ", ".join(
+            f'CAST({self.items_sql[a.id]} AS {duck_type(a.dtype)}) AS "{a.col}"'
+            for a in self.output
+        )
+        out = b.compute.query(f'SELECT {select}, CAST({weight} AS BIGINT) AS "{W}" FROM t', t=table)
+        return conform(out, self.output)
+
+    def _zero_state(self) -> pa.Table:
+        row: dict[str, Any] = {"n": [0]}
+        for i, call in enumerate(self.calls):
+            if call.function != "Count":
+                row[f"s{i}"] = [decimal.Decimal(0)]
+            row[f"n{i}"] = [0]
+        return pa.table(row).cast(self.state_schema)
+
+    # -- the linear strategy ------------------------------------------------------------
+    def _group_sums_sql(self, source: str) -> str:
+        """SQL of the per-group change of the row count and of each sum, over ``source``."""
+        groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{i}"'
+                  for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
+        sums = [f'CAST(sum("{W}") AS BIGINT) AS "n"']
+        for i, call in enumerate(self.calls):
+            cond = f"({sql(call.filter, _col)})" if call.filter is not None else "TRUE"
+            args = [sql(a, _col) for a in call.args]
+            present = " AND ".join(f"({a}) IS NOT NULL" for a in args) or "TRUE"
+            sums.append(f'CAST(coalesce(sum(CASE WHEN {cond} AND {present} THEN "{W}" END), 0) AS BIGINT)'
+                        f' AS "n{i}"')  # fmt: skip
+            if call.function != "Count":
+                scale = self._sum_scale(call)
+                sums.append(
+                    f"CAST(coalesce(sum(CASE WHEN {cond} THEN CAST({args[0]} AS DECIMAL(38,{scale}))"
+                    f' * "{W}" END), 0) AS DECIMAL(38,{scale})) AS "s{i}"'
+                )
+        by = f" GROUP BY {', '.join(f'{i + 1}' for i in range(len(groups)))}" if groups else ""
+        return f"SELECT {', '.join([*groups, *sums])} FROM {source}{by}"
+
+    def _group_sums(self, b: Batch, d: pa.Table) -> pa.Table:
+        """Per group of the changed rows: the change of the row count and of each sum."""
+        out = b.compute.query(self._group_sums_sql("d"), d=d)
+        return normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
+
+    def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
+        assert self.state is not None
+        if b.initial:
+            return self.state_schema.empty_table().append_column(ROWID, pa.array([], pa.int64()))
+        if not self.groups:
+            rows = list(self.state.scan(with_rowid=True))
+            if not rows:
+                return self.state_schema.empty_table().append_column(
+                    ROWID, pa.array([], pa.int64())
+                )
+            found = pa.concat_tables(rows)
+            return found.select([*self.state_schema.names, ROWID])
+        names = [f"g{i}" for i in range(len(self.groups))]
+        return self.state.lookup(names, groups.select(names), null_safe=True)
+
+    def _merge(self, b: Batch, old: pa.Table, change: pa.Table) -> pa.Table:
+        names = [f"g{i}" for i in range(len(self.groups))]
+        value_cols = [c for c in self.state_schema.names if c not in names]
+        on = " AND ".join(f'o."{g}" IS NOT DISTINCT FROM c."{g}"' for g in names) or "TRUE"
+        keys = ", ".join(f'coalesce(c."{g}", o."{g}") AS "{g}"' for g in names)
+        vals = ", ".join(
+            f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in value_cols
+        )
+        head = f"{keys}, " if keys else ""
+        merged = b.compute.query(
+            f'SELECT {head}{vals}, o."{ROWID}" AS "{ROWID}" FROM c FULL JOIN o ON {on}',
+            c=change,
+            o=old,
+        )
+        return merged.select([*self.state_schema.names, ROWID]).cast(
+            pa.schema([*self.state_schema, pa.field(ROWID, pa.int64())]))  # fmt: skip
+
+    def _linear_delta(self, b: Batch, d: pa.Table) -> pa.Table | None:
+        change = self._group_sums(b, d)
+        if not self.groups and change.num_rows == 0:
+            change = self._zero_state()
+        old = self._old_states(b, change)
+        if not self.groups and old.num_rows == 0:
+            old = self._zero_state().append_column(ROWID, pa.array([None], pa.int64()))
+        new = self._merge(b, old, change)
+        b.cache[(id(self), "new")] = new
+        b.cache[(id(self), "old")] = old
+        live_old = old if not self.groups else old.filter(pc.greater(old.column("n"), 0))
+        live_new = new if not self.groups else new.filter(pc.greater(new.column("n"), 0))
+        before = self._finalize(b, live_old.drop_columns([ROWID]), -1)
+        after = self._finalize(b, live_new.drop_columns([ROWID]), 1)
+        return consolidate(b.compute, concat([after, before], self.output))
+
+    def finish(self, b: Batch) -> None:
+        new = b.cache.pop((id(self), "new"), None)
+        b.cache.pop((id(self), "old"), None)
+        b.cache.pop((id(self), "delta"), None)
+        if new is not None and self.state is not None:
+            gone = [r for r in new.column(ROWID).to_pylist() if r is not None]
+            self.state.delete(gone)
+            keep = new if not self.groups else new.filter(pc.greater(new.column("n"), 0))
+            self.state.insert(keep.drop_columns([ROWID]))
+        super().finish(b)
+
+    def build(self, compute: Compute, child_sql: str, tables: Mapping[str, pa.Table]) -> None:
+        """Fill the state from the full input (``child_sql``, the child's whole output):
+        building the view from scratch."""
+        assert self.state is not None
+        self.state.clear()
+        sums = compute.query(self._group_sums_sql(f"({child_sql})"), **tables)
+        sums = normalise_floats(sums, [f"g{i}" for i in range(len(self.groups))])
+        if self.groups:
+            sums = sums.filter(pc.greater(sums.column("n"), 0))
+        elif sums.num_rows == 0:
+            return
+        self.state.insert(sums.select(self.state_schema.names).cast(self.state_schema))
+
+    # -- the recompute-touched-groups strategy -------------------------------------------
+    def _eval_groups(self, b: Batch, rows: pa.Table) -> pa.Table:
+        """The aggregate's output over input rows (a bag), by SQL."""
+        query = self._eval_sql("d")
+        expanded = b.compute.query(
+            f'SELECT d.* FROM d, generate_series(1, d."{W}") AS _r(_i)', d=rows
+        ) if rows.num_rows and pc.max(rows.column(W)).as_py() != 1 else rows  # fmt: skip
+        out = b.compute.query(query, d=expanded)
+        return conform(out, self.output)
+
+    def _eval_sql(self, source: str) -> str:
+        aggs = {c.result_id: _agg_sql(c) for c in self.calls}
+        select = ", ".join(
+            f'CAST({_replace_aggs(e, aggs, _col)} AS {duck_type(a.dtype)}) AS "{a.col}"'
+            for a, e in self.items
+        )
+        by = f" GROUP BY {', '.join(self.group_sql)}" if self.groups else ""
+        return f'SELECT {select}, CAST(1 AS BIGINT) AS "{W}" FROM {source}{by}'
+
+    def _recompute_delta(self, b: Batch, d: pa.Table) -> pa.Table | None:
+        refs = [r for r in self.group_refs if r is not None]
+        keys = b.compute.query(
+            f"SELECT DISTINCT {', '.join(f'{g} AS {_col(r.id)}' for g, r in zip(self.group_sql, refs, strict=True))} FROM d",
+            d=d,
+        )
+        flags = [True] * len(refs)
+        before = self._eval_groups(b, self.child.lookup(b, refs, keys, new=False, null_safe=flags))
+        after = self._eval_groups(b, self.child.lookup(b, refs, keys, new=True, null_safe=flags))
+        return consolidate(b.compute, concat([after, negate(before)], self.output))
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        key = (id(self), "delta")
+        if key not in b.cache:
+            d = self.child.delta(b)
+            if d is None or d.num_rows == 0:
+                b.cache[key] = None
+            else:
+                b.cache[key] = (
+                    self._linear_delta(b, d) if self.linear else self._recompute_delta(b, d)
+                )
+        return b.cache[key]
+
+    def whole(self, b: Batch, *, new: bool) -> pa.Table:
+        if self.groups:
+            raise Unsupported("a full evaluation of a grouped aggregate")
+        self.delta(b)
+        states = b.cache.get((id(self), "new" if new else "old"))
+        if states is None:  # the input did not change: old and new are the stored state
+            states = self._old_states(b, pa.table({"_": [1]}))
+            if states.num_rows == 0:
+                states = self._zero_state().append_column(ROWID, pa.array([None], pa.int64()))
+        return self._finalize(b, states.drop_columns([ROWID]), 1)
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        if not attrs or not all(a.id in self.out_group for a in attrs):
+            return False
+        if self.linear:
+            if self.state is not None:
+                self.state.ensure_index([f"g{self.out_group[a.id]}" for a in attrs])
+            return True
+        refs = [self.group_refs[self.out_group[a.id]] for a in attrs]
+        return all(r is not None for r in refs) and self.child.can_lookup(refs)  # type: ignore[arg-type]
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        names = [f"g{self.out_group[a.id]}" for a in attrs]
+        if not self.linear:
+            refs = [r for a in attrs if (r := self.group_refs[self.out_group[a.id]]) is not None]
+            rows = self.child.lookup(b, refs, keys.rename_columns([r.col for r in refs]),
+                                     new=new, null_safe=[True] * len(refs))  # fmt: skip
+            return self._eval_groups(b, rows)
+        assert self.state is not None
+        wanted = normalise_floats(keys.rename_columns(names), names)
+        if b.initial and not new:
+            return empty(self.output)
+        stored = self.state.lookup(names, wanted, null_safe=all(null_safe))
+        if new:
+            self.delta(b)
+            fresh = b.cache.get((id(self), "new"))
+            if fresh is not None and fresh.num_rows:
+                # Replace the touched groups by their new state.
+                touched = {r for r in fresh.column(ROWID).to_pylist() if r is not None}
+                if touched:
+                    stored = stored.filter(
+                        pc.invert(
+                            pc.is_in(stored.column(ROWID), pa.array(list(touched), pa.int64()))
+                        )
+                    )
+                on = " AND ".join(
+                    f'f."{n}" {"IS NOT DISTINCT FROM" if ns else "="} k."{n}"'
+                    for n, ns in zip(names, null_safe, strict=True)
+                )
+                hit = b.compute.query(f"SELECT f.* FROM f WHERE EXISTS (SELECT 1 FROM k WHERE {on})",
+                                      f=fresh, k=wanted)  # fmt: skip
+                stored = pa.concat_tables([stored.select(hit.column_names).cast(hit.schema), hit])
+        stored = stored.filter(pc.greater(stored.column("n"), 0))
+        return self._finalize(b, stored.drop_columns([ROWID]), 1)
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        child = self.child.full_sql(base)
+        source = f'(SELECT d.* FROM ({child}) d, generate_series(1, d."{W}") AS _r(_i))'
+        return self._eval_sql(source)
+
+
+def _agg_sql(call: AggCall) -> str:
+    """The SQL aggregate computing ``call`` over plain rows (for recomputed groups)."""
+    args = [sql(a, _col) for a in call.args]
+    filt = f" FILTER (WHERE {sql(call.filter, _col)})" if call.filter is not None else ""
+    distinct = "DISTINCT " if call.distinct else ""
+    fn = call.function
+    if fn == "Count":
+        if len(args) == 1:
+            return f"count({distinct}{args[0]}){filt}"
+        present = " AND ".join(f"({a}) IS NOT NULL" for a in args)
+        if call.distinct:
+            raise Unsupported("COUNT(DISTINCT) of several columns")
+        return f"count(CASE WHEN {present} THEN 1 END){filt}"
+    if fn in ("Min", "Max"):
+        return f"{fn.lower()}({distinct}{args[0]}){filt}"
+    if fn == "Sum":
+        t = result_type(call.args[0])
+        if t in ("float", "double"):
+            raise Unsupported("SUM of floating-point values (Spark's result depends on row order)")
+        return f"CAST(sum({distinct}{args[0]}){filt} AS {duck_type(call.dtype)})"
+    if fn == "Average":
+        t = result_type(call.args[0])
+        if decimal_of(t) is not None or t in ("float", "double"):
+            raise Unsupported(f"AVG of {t} values outside COUNT/SUM/AVG-only aggregates")
+        return f"CAST(avg({distinct}{args[0]}){filt} AS DOUBLE)"
+    raise Unsupported(f"aggregate function {fn}")
+
+
+def _final_value(call: AggCall, sums: pa.ChunkedArray | None, counts: pa.ChunkedArray) -> pa.Array:
+    """A linear aggregate's value from its exact state, as Spark computes it."""
+    if call.function == "Count":
+        return counts.combine_chunks() if isinstance(counts, pa.ChunkedArray) else counts
+    assert sums is not None
+    ns = counts.to_pylist()
+    ss = sums.to_pylist()
+    target = arrow_type(call.dtype)
+    out: list[Any] = []
+    if call.function == "Sum":
+        dec = decimal_of(call.dtype)
+        for s, n in zip(ss, ns, strict=True):
+            if not n:
+                out.append(None)
+                continue
+            if dec is None:
+                if not -(2**63) <= int(s) < 2**63:
+                    raise ArithmeticError(f"[ARITHMETIC_OVERFLOW] SUM overflows BIGINT: {s}")
+                out.append(int(s))
+            else:
+                if len(s.as_tuple().digits) - (-s.as_tuple().exponent) > dec[0] - dec[1]:
+                    raise ArithmeticError(f"[ARITHMETIC_OVERFLOW] SUM overflows DECIMAL{dec}: {s}")
+                out.append(s)
+        return pa.array(out, target)
+    # Average
+    dec = decimal_of(call.dtype)
+    if dec is None:
+        for s, n in zip(ss, ns, strict=True):
+            out.append(None if not n else float(s) / n)
+        return pa.array(out, pa.float64())
+    arg = decimal_of(result_type(call.args[0]))
+    assert arg is not None
+    p, s_ = arg
+    from deltamv.views.expr import _bounded
+
+    sum_p, sum_s = _bounded(p + 10, s_)
+    # Spark: Divide(sum, CAST(count AS DECIMAL(20,0))) with its precision rules, then a
+    # cast to the result type; both round half up.
+    div_scale = max(6, sum_s + 20 + 1)
+    div_p = sum_p - sum_s + 0 + div_scale
+    div_p, div_scale = _bounded(div_p, div_scale)
+    ctx = decimal.Context(prec=80, rounding=decimal.ROUND_HALF_UP)
+    for s, n in zip(ss, ns, strict=True):
+        if not n:
+            out.append(None)
+            continue
+        q = ctx.divide(decimal.Decimal(s), decimal.Decimal(n))
+        q = q.quantize(decimal.Decimal(1).scaleb(-div_scale), context=ctx)
+        out.append(q.quantize(decimal.Decimal(1).scaleb(-dec[1]), context=ctx))
+    return pa.array(out, target)
+
+
+# -- compiling a plan ---------------------------------------------------------------------
+class ViewMaintainer:
+    """One view, compiled: its operators, output columns and the tables it reads."""
+
+    def __init__(self, view: str, root: Op, output_names: Sequence[str]) -> None:
+        self.view = view
+        self.root = root
+        self.output_names = tuple(output_names)
+        self.tables = root.tables
+
+    def ops(self) -> list[Op]:
+        found: list[Op] = []
+
+        def walk(op: Op) -> None:
+            found.append(op)
+            for child in op.children():
+                walk(child)
+
+        walk(self.root)
+        return found
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        """The view's change in this batch: its columns by name, plus ``__w``."""
+        if not b.changed(self.tables):
+            return None
+        z = consolidate(b.compute, self.root.delta(b))
+        if z is None:
+            return None
+        return self._named(z)
+
+    def _named(self, z: pa.Table) -> pa.Table:
+        cols = [z.column(a.col) for a in self.root.output]
+        return pa.table([*cols, z.column(W)], names=[*self.output_names, W])
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        return self.root.full_sql(base)
+
+
+def compile_view(
+    view: str,
+    root: Node,
+    output_names: Sequence[str],
+    mirrors: Mapping[str, Mirror],
+    state: Callable[[str, pa.Schema, Sequence[Sequence[str]]], KeyedTable],
+) -> ViewMaintainer:
+    """The maintainer of a view, or Unsupported naming why it must be recomputed."""
+    counter = itertools.count()
+
+    def build(node: Node) -> Op:
+        kind = node.kind
+        f = node.fields
+        if kind == "LogicalRelation":
+            if node.table is None:
+                raise Unsupported("a relation that is not one of the job's tables")
+            return ScanOp(node.table, node.output, mirrors[node.table])
+        if kind == "Filter":
+            return FilterOp(build(node.children[0]), f["condition"])
+        if kind == "Project":
+            child = build(node.children[0])
+            exprs = f.get("projectList") or ()
+            return ProjectOp(child, list(zip(node.output, exprs, strict=True)))
+        if kind == "Join":
+            join_type = short_class(str((f.get("joinType") or {}).get("object", "")))
+            mode = _JOIN_KINDS.get(join_type)
+            if mode is None:
+                raise Unsupported(f"a {join_type.rstrip('$')} join")
+            return JoinOp(
+                build(node.children[0]), build(node.children[1]), mode, f.get("condition")
+            )
+        if kind == "Aggregate":
+            child = build(node.children[0])
+            groups = f.get("groupingExpressions") or ()
+            items = f.get("aggregateExpressions") or ()
+            return AggregateOp(child, groups, list(zip(node.output, items, strict=True)), state,
+                               f"{view}_{next(counter)}")  # fmt: skip
+        if kind == "Expand":
+            child = build(node.children[0])
+            return ExpandOp(child, f.get("projections") or (), node.output)
+        raise Unsupported(_describe(kind))
+
+    root_op = build(root)
+    return ViewMaintainer(view, root_op, output_names)
+
+
+def _describe(kind: str) -> str:
+    return {
+        "Window": "a window function",
+        "Sort": "ORDER BY",
+        "GlobalLimit": "LIMIT",
+        "LocalLimit": "LIMIT",
+        "Union": "UNION",
+        "Distinct": "DISTINCT",
+        "Deduplicate": "DISTINCT",
+        "Generate": "a generator (explode)",
+        "LocalRelation": "a constant relation",
+        "Range": "range()",
+        "Intersect": "INTERSECT",
+        "Except": "EXCEPT",
+        "Sample": "TABLESAMPLE",
+    }.get(kind, f"the plan step {kind}")

@@ -1,0 +1,271 @@
+"""A view's SQL as Spark plans it: the optimized logical plan, read into plain Python.
+
+Spark analyses and optimizes each view's SQL once at job start (subqueries decorrelated
+into joins, predicates pushed down, columns pruned). The plan comes over as Spark's own
+JSON form of its tree (``LogicalPlan.toJSON``) and is read here into :class:`Node` and
+:class:`Expr` trees that keep Spark's classes, types and attribute ids. The maintenance
+classifier (:mod:`.classify`) decides from these trees how a view is kept; nothing here
+judges what is supported.
+
+Each source table is registered for the analysis as a read of an empty Parquet folder of
+its declared schema: Spark cannot prove such a relation empty, so no rule folds it away,
+and the folder's path tells which table a leaf reads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from deltamv.config import JobConfig
+
+__all__ = [
+    "Attr",
+    "Expr",
+    "Node",
+    "ViewPlan",
+    "plan_views",
+    "short_class",
+]
+
+# Optimizer rules whose rewrites only help Spark's own execution and would make the
+# plan harder to maintain (they are turned off while the plans are read).
+_EXCLUDED_RULES = ",".join(
+    f"org.apache.spark.sql.catalyst.optimizer.{rule}"
+    for rule in (
+        "DecimalAggregates",
+        "RewriteDistinctAggregates",
+        "ConvertToLocalRelation",
+        "OptimizeIn",
+    )
+)
+
+
+def short_class(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute (column) of a plan node, by Spark's expression id."""
+
+    id: int
+    name: str
+    dtype: Any  # Spark's JSON data type: "long", "decimal(10,2)", {"type": "struct", ...}
+    nullable: bool
+
+    @property
+    def col(self) -> str:
+        """The column name the engine uses for this attribute."""
+        return f"c{self.id}"
+
+
+@dataclass(frozen=True)
+class Expr:
+    """One Spark expression node: its class, its non-child fields, its children."""
+
+    kind: str
+    fields: Mapping[str, Any]
+    children: tuple[Expr, ...]
+
+    @property
+    def dtype(self) -> Any:
+        return self.fields.get("dataType")
+
+    def attr(self) -> Attr | None:
+        if self.kind != "AttributeReference":
+            return None
+        return Attr(int(self.fields["exprId"]["id"]), str(self.fields["name"]),
+                    self.fields.get("dataType"), bool(self.fields.get("nullable", True)))  # fmt: skip
+
+    def walk(self) -> Iterator[Expr]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def references(self) -> set[int]:
+        return {a.id for e in self.walk() if (a := e.attr()) is not None}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One logical plan node: its class, expression fields, children and output."""
+
+    kind: str
+    fields: Mapping[str, Any]  # expression-valued fields as Expr / tuple[Expr, ...]
+    children: tuple[Node, ...]
+    output: tuple[Attr, ...] = ()
+    table: str | None = None  # for a leaf reading a source table
+
+    def walk(self) -> Iterator[Node]:
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+
+@dataclass(frozen=True)
+class ViewPlan:
+    view: str
+    root: Node
+    output_names: tuple[str, ...]
+    text: str  # Spark's own rendering, for messages and fingerprints
+    tables: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def fingerprint(self) -> str:
+        import hashlib
+
+        # Attribute ids change from run to run; the rendering without them does not.
+        import re
+
+        stable = re.sub(r"#\d+L?", "", self.text)
+        return hashlib.blake2b(stable.encode(), digest_size=12).hexdigest()
+
+
+# -- reading Spark's JSON ---------------------------------------------------------------
+def _read_expr(nodes: list[dict[str, Any]], pos: int) -> tuple[Expr, int]:
+    """The expression at ``pos`` of a pre-order node list, and the position after it."""
+    node = nodes[pos]
+    count = int(node.get("num-children", 0))
+    children = []
+    nxt = pos + 1
+    for _ in range(count):
+        child, nxt = _read_expr(nodes, nxt)
+        children.append(child)
+    fields = {k: v for k, v in node.items() if k not in ("class", "num-children")}
+    return Expr(short_class(node["class"]), fields, tuple(children)), nxt
+
+
+def _expr(value: Any) -> Expr:
+    expr, _ = _read_expr(value, 0)
+    return expr
+
+
+def _node_fields(node: dict[str, Any]) -> dict[str, Any]:
+    """A plan node's fields, expression lists read into Expr trees."""
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in ("class", "num-children"):
+            continue
+        if _is_expr_list(value):
+            out[key] = _expr(value)
+        elif isinstance(value, list) and value and all(_is_expr_list(v) for v in value):
+            out[key] = tuple(_expr(v) for v in value)
+        elif (
+            isinstance(value, list)
+            and value
+            and all(isinstance(v, list) and v and all(_is_expr_list(w) for w in v) for v in value)
+        ):
+            out[key] = tuple(tuple(_expr(w) for w in v) for v in value)  # Expand's projections
+        else:
+            out[key] = value
+    return out
+
+
+def _is_expr_list(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and isinstance(value[0], dict)
+        and "class" in value[0]
+        and "num-children" in value[0]
+        and ".expressions." in str(value[0]["class"])
+    )
+
+
+def _read_plan(
+    nodes: list[dict[str, Any]], pos: int, leaves: Iterator[str | None]
+) -> tuple[Node, int]:
+    raw = nodes[pos]
+    count = int(raw.get("num-children", 0))
+    children = []
+    nxt = pos + 1
+    table = next(leaves) if count == 0 else None
+    for _ in range(count):
+        child, nxt = _read_plan(nodes, nxt, leaves)
+        children.append(child)
+    fields = _node_fields(raw)
+    kind = short_class(raw["class"])
+    return Node(kind, fields, tuple(children), table=table), nxt
+
+
+def _with_output(node: Node, output: Sequence[Attr]) -> Node:
+    return Node(node.kind, node.fields, node.children, tuple(output), node.table)
+
+
+def _attach_outputs(node: Node, jvm_plan: Any) -> Node:
+    """Fill in each node's output attributes from the JVM plan (same shape, same order)."""
+    children = tuple(
+        _attach_outputs(child, jvm_plan.children().apply(i))
+        for i, child in enumerate(node.children)
+    )
+    attrs = []
+    output = jvm_plan.output()
+    for i in range(output.size()):
+        a = output.apply(i)
+        attrs.append(Attr(int(a.exprId().id()), str(a.name()), json.loads(a.dataType().json()),
+                          bool(a.nullable())))  # fmt: skip
+    return Node(node.kind, node.fields, children, tuple(attrs), node.table)
+
+
+# -- registering the tables and planning --------------------------------------------------
+class _Leaves:
+    """An empty Parquet folder per source table, in a temporary folder of the driver."""
+
+    def __init__(self, spark: SparkSession, config: JobConfig) -> None:
+        self.root = tempfile.mkdtemp(prefix="deltamv-plan-")
+        self.by_path: dict[str, str] = {}
+        for name, table in config.tables.items():
+            folder = os.path.join(self.root, name)
+            spark.createDataFrame([], table.schema.to_ddl()).write.mode("overwrite").parquet(folder)
+            spark.read.schema(table.schema.to_ddl()).parquet(folder).createOrReplaceTempView(name)
+            self.by_path[os.path.realpath(folder)] = name
+
+    def table_of(self, leaf: Any) -> str | None:
+        try:
+            paths = leaf.relation().location().rootPaths()
+            path = str(paths.head().toUri().getPath())
+        except Exception:
+            return None
+        return self.by_path.get(os.path.realpath(path))
+
+
+def plan_views(spark: SparkSession, config: JobConfig) -> dict[str, ViewPlan]:
+    """Every view's optimized plan, with its leaves mapped to source tables.
+
+    Registers each source table as a temporary view over an empty Parquet folder of its
+    schema (replacing temp views of the same names in this session).
+    """
+    leaves = _Leaves(spark, config)
+    conf = spark.conf
+    previous = conf.get("spark.sql.optimizer.excludedRules", None)
+    conf.set("spark.sql.optimizer.excludedRules", _EXCLUDED_RULES)
+    try:
+        return {
+            name: _plan_one(spark, name, view.sql, leaves) for name, view in config.views.items()
+        }
+    finally:
+        if previous is None:
+            conf.unset("spark.sql.optimizer.excludedRules")
+        else:
+            conf.set("spark.sql.optimizer.excludedRules", previous)
+
+
+def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> ViewPlan:
+    df: DataFrame = spark.sql(sql)
+    jvm = df._jdf.queryExecution().optimizedPlan()
+    found = jvm.collectLeaves()
+    tables = [leaves.table_of(found.apply(i)) for i in range(found.size())]
+    nodes = json.loads(jvm.toJSON())
+    root, _ = _read_plan(nodes, 0, iter(tables))
+    root = _attach_outputs(root, jvm)
+    return ViewPlan(
+        name, root, tuple(df.columns), str(jvm.toString()),
+        frozenset(t for t in tables if t is not None),
+    )  # fmt: skip
