@@ -1,8 +1,9 @@
-"""Job configuration (CONTRACT section 4): load a TOML file into frozen, validated objects.
+"""Job configuration: load a TOML file into frozen, validated objects (docs/config.md).
 
 Every error is a :class:`ConfigError` naming the key, raised before any input is read.
 Checks that need Spark (view SQL parses and names only declared tables and columns)
 live in :mod:`deltamv.views.sql` and run at job start, also before any input is read.
+Each section has its own parser below; :func:`parse_config` puts them together.
 """
 
 from __future__ import annotations
@@ -10,13 +11,26 @@ from __future__ import annotations
 import os
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 from deltamv.errors import ConfigError
 from deltamv.schema import TableSchema
+
+__all__ = [
+    "InvariantConfig",
+    "JobConfig",
+    "MaintenanceConfig",
+    "SourceConfig",
+    "SparkConfig",
+    "TableConfig",
+    "ViewConfig",
+    "load_config",
+    "parse_config",
+    "parse_interval",
+]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _JOB_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
@@ -26,6 +40,8 @@ _INTERVAL = re.compile(
 )
 
 InvariantKind = Literal["constant", "always"]
+Maintain = Literal["auto", "incremental", "recompute"]
+SourceKind = Literal["changelog", "postgres"]
 
 
 def parse_interval(text: str) -> float:
@@ -47,14 +63,18 @@ def parse_interval(text: str) -> float:
 
 @dataclass(frozen=True)
 class TableConfig:
+    """A source table. ``schema`` and ``primary_key`` may be empty for a PostgreSQL source
+    until the job reads them from its catalog (:meth:`JobConfig.with_tables`)."""
+
     name: str
     schema: TableSchema
     primary_key: tuple[str, ...]
     path: str | None = None  # user-visible Delta copy of the table at each watermark
+    pg_table: str | None = None  # PostgreSQL source: schema.table (default public.<name>)
 
     def __post_init__(self) -> None:
         for col in self.primary_key:
-            if self.schema.column(col) is None:
+            if self.schema.columns and self.schema.column(col) is None:
                 raise ConfigError(
                     f"tables.{self.name}.primary_key",
                     f"column {col!r} is not in the schema (columns: {', '.join(self.schema.names)})",
@@ -66,6 +86,7 @@ class ViewConfig:
     name: str
     sql: str
     path: str
+    maintain: Maintain = "auto"  # "incremental" refuses a view the rules do not cover
 
 
 @dataclass(frozen=True)
@@ -90,7 +111,7 @@ class MaintenanceConfig:
     table (0: never). ``vacuum_retention``: seconds a removed data file is kept, so every
     version current within that window stays readable (None: never vacuum the views and
     published tables). ``vacuum_interval``: seconds between vacuum passes. The job's
-    internal mirror tables keep only their latest version's files.
+    internal tables keep only their latest version's files.
     """
 
     checkpoint_interval: int = 20
@@ -111,6 +132,17 @@ class SparkConfig:
 
 
 @dataclass(frozen=True)
+class SourceConfig:
+    """Where the job reads its upstream: a change log (``[job] changelog``) or PostgreSQL."""
+
+    kind: SourceKind = "changelog"
+    dsn: str | None = None  # postgres: a libpq connection string
+    slot: str | None = None  # postgres: default "deltamv_<job name>"
+    publication: str | None = None  # postgres: default "deltamv_<job name>"
+    max_batch_bytes: int = 64 << 20  # postgres: WAL read per micro-batch, at most
+
+
+@dataclass(frozen=True)
 class JobConfig:
     name: str
     changelog: str
@@ -123,50 +155,52 @@ class JobConfig:
     invariants: Mapping[str, InvariantConfig] = field(default_factory=dict)
     spark: SparkConfig = field(default_factory=SparkConfig)
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
-    source: str = "<config>"
+    upstream: SourceConfig = field(default_factory=SourceConfig)
+    origin: str = "<config>"  # the config file, for messages
 
     def __post_init__(self) -> None:
         if not self.views:
-            raise ConfigError("views", "at least one view is required", source=self.source)
+            raise ConfigError("views", "at least one view is required", source=self.origin)
         seen: dict[str, str] = {}
         owners = [(f"views.{v.name}.path", v.path) for v in self.views.values()] + [
             (f"tables.{t.name}.path", t.path) for t in self.tables.values() if t.path
         ]
+        inside = os.path.normpath(self.checkpoint)
         for key, path in owners:
             norm = os.path.normpath(path)
             if norm in seen:
                 raise ConfigError(
-                    key, f"path {path!r} is also used by {seen[norm]}", source=self.source
+                    key, f"path {path!r} is also used by {seen[norm]}", source=self.origin
                 )
             seen[norm] = key
-            inside = os.path.normpath(self.checkpoint)
             if norm == inside or norm.startswith(inside + os.sep):
                 raise ConfigError(
-                    key, f"path {path!r} lies inside job.checkpoint", source=self.source
+                    key, f"path {path!r} lies inside job.checkpoint", source=self.origin
                 )
         for inv in self.invariants.values():
             if inv.view not in self.views:
                 raise ConfigError(
                     f"invariants.{inv.name}.view",
                     f"unknown view {inv.view!r} (views: {', '.join(sorted(self.views))})",
-                    source=self.source,
+                    source=self.origin,
                 )
 
-    @property
-    def checkpoint_path(self) -> Path:
-        return Path(self.checkpoint)
+    def with_tables(self, tables: Mapping[str, TableConfig]) -> JobConfig:
+        """This config with its tables' schemas and keys filled in (PostgreSQL catalog)."""
+        return replace(self, tables=dict(tables))
 
 
+# -- parsing ----------------------------------------------------------------------------
 _JOB_KEYS = {
     "name": True,
-    "changelog": True,
+    "changelog": False,  # required for the change-log source
     "checkpoint": True,
     "snapshot": False,
     "trigger_interval": False,
     "max_segments_per_batch": False,
 }
-_TABLE_KEYS = {"schema": True, "primary_key": True, "path": False}
-_VIEW_KEYS = {"sql": True, "path": True}
+_TABLE_KEYS = {"schema": False, "primary_key": False, "path": False, "pg_table": False}
+_VIEW_KEYS = {"sql": True, "path": True, "maintain": False}
 _INVARIANT_KEYS = {"view": True, "constant": False, "always": False}
 _SPARK_KEYS = {"master": False, "conf": False}
 _MAINTENANCE_KEYS = {
@@ -174,8 +208,11 @@ _MAINTENANCE_KEYS = {
     "vacuum_retention": False,
     "vacuum_interval": False,
 }
+_SOURCE_KEYS = {"kind": False, "dsn": False, "slot": False, "publication": False,
+                "max_batch_bytes": False}  # fmt: skip
 _TOP_KEYS = {
     "job": True,
+    "source": False,
     "tables": True,
     "views": True,
     "invariants": False,
@@ -184,167 +221,251 @@ _TOP_KEYS = {
 }
 
 
+@dataclass(frozen=True)
+class _Reader:
+    """Shared helpers of the section parsers: errors name the key and the file."""
+
+    origin: str
+    base_dir: Path
+
+    def err(self, key: str, reason: str) -> ConfigError:
+        return ConfigError(key, reason, source=self.origin)
+
+    def keys(self, table: Any, prefix: str, allowed: Mapping[str, bool]) -> Mapping[str, Any]:
+        if not isinstance(table, Mapping):
+            raise self.err(prefix or "<top>", "must be a table")
+        for key in table:
+            if key not in allowed:
+                where = f"{prefix}.{key}" if prefix else key
+                raise self.err(where, f"unknown key (valid: {', '.join(sorted(allowed))})")
+        for key, required in allowed.items():
+            if required and key not in table:
+                raise self.err(f"{prefix}.{key}" if prefix else key, "missing required key")
+        return table
+
+    def string(self, value: Any, key: str) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise self.err(key, f"must be a non-empty string, got {value!r}")
+        return value
+
+    def path(self, value: Any, key: str) -> str:
+        text = os.path.expanduser(self.string(value, key))
+        if "://" in text:
+            return text
+        return str((self.base_dir / text).resolve()) if not os.path.isabs(text) else text
+
+    def interval(self, value: Any, key: str) -> float:
+        try:
+            return parse_interval(self.string(value, key))
+        except ValueError as exc:
+            raise self.err(key, str(exc)) from None
+
+    def count(self, value: Any, key: str, *, minimum: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            word = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+            raise self.err(key, f"must be {word}, got {value!r}")
+        return value
+
+
 def load_config(path: str | os.PathLike[str]) -> JobConfig:
     """Read and validate a job config. Relative paths resolve against the file's folder."""
     cfg_path = Path(path)
-    source = str(cfg_path)
+    origin = str(cfg_path)
     try:
         raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError("<file>", f"config file {source} does not exist") from None
+        raise ConfigError("<file>", f"config file {origin} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("<file>", f"not valid TOML: {exc}", source=source) from None
-    return parse_config(raw, base_dir=cfg_path.resolve().parent, source=source)
+        raise ConfigError("<file>", f"not valid TOML: {exc}", source=origin) from None
+    return parse_config(raw, base_dir=cfg_path.resolve().parent, source=origin)
 
 
 def parse_config(raw: Mapping[str, Any], *, base_dir: Path, source: str = "<config>") -> JobConfig:
     """Validate an already-parsed TOML document (see :func:`load_config`)."""
-
-    def err(key: str, reason: str) -> ConfigError:
-        return ConfigError(key, reason, source=source)
-
-    def keys(table: Any, prefix: str, allowed: Mapping[str, bool]) -> Mapping[str, Any]:
-        if not isinstance(table, Mapping):
-            raise err(prefix or "<top>", "must be a table")
-        for key in table:
-            if key not in allowed:
-                where = f"{prefix}.{key}" if prefix else key
-                raise err(where, f"unknown key (valid: {', '.join(sorted(allowed))})")
-        for key, required in allowed.items():
-            if required and key not in table:
-                raise err(f"{prefix}.{key}" if prefix else key, "missing required key")
-        return table
-
-    def string(value: Any, key: str) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise err(key, f"must be a non-empty string, got {value!r}")
-        return value
-
-    def resolve(value: Any, key: str) -> str:
-        text = os.path.expanduser(string(value, key))
-        if "://" in text:
-            return text
-        return str((base_dir / text).resolve()) if not os.path.isabs(text) else text
-
-    top = keys(raw, "", _TOP_KEYS)
-    job = keys(top["job"], "job", _JOB_KEYS)
-    name = string(job["name"], "job.name")
-    if not _JOB_NAME.match(name):
-        raise err("job.name", f"{name!r} may hold only letters, digits, '_', '.', '-'")
-    interval = 2.0
-    if "trigger_interval" in job:
-        try:
-            interval = parse_interval(string(job["trigger_interval"], "job.trigger_interval"))
-        except ValueError as exc:
-            raise err("job.trigger_interval", str(exc)) from None
-    max_segments = job.get("max_segments_per_batch", 1000)
-    if not isinstance(max_segments, int) or isinstance(max_segments, bool) or max_segments < 1:
-        raise err("job.max_segments_per_batch", f"must be a positive integer, got {max_segments!r}")
-
-    tables: dict[str, TableConfig] = {}
-    raw_tables = top["tables"]
-    if not isinstance(raw_tables, Mapping) or not raw_tables:
-        raise err("tables", "at least one table is required")
-    for tname, traw in raw_tables.items():
-        prefix = f"tables.{tname}"
-        if not _NAME.match(tname):
-            raise err(prefix, "a table name must be a SQL identifier")
-        t = keys(traw, prefix, _TABLE_KEYS)
-        try:
-            schema = TableSchema.from_ddl(string(t["schema"], f"{prefix}.schema"))
-        except ValueError as exc:
-            raise err(f"{prefix}.schema", str(exc)) from None
-        pk = t["primary_key"]
-        if isinstance(pk, str):
-            pk = [pk]
-        if not isinstance(pk, list) or not pk or not all(isinstance(c, str) for c in pk):
-            raise err(f"{prefix}.primary_key", "must be a non-empty list of column names")
-        try:
-            tables[tname] = TableConfig(
-                tname,
-                schema,
-                tuple(pk),
-                resolve(t["path"], f"{prefix}.path") if "path" in t else None,
-            )
-        except ConfigError as exc:
-            raise err(exc.key, exc.reason) from None
-
-    views: dict[str, ViewConfig] = {}
-    raw_views = top["views"]
-    if not isinstance(raw_views, Mapping):
-        raise err("views", "must be a table of views")
-    for vname, vraw in raw_views.items():
-        prefix = f"views.{vname}"
-        if not _NAME.match(vname):
-            raise err(prefix, "a view name must be a SQL identifier")
-        if vname in tables:
-            raise err(prefix, f"a view may not share its name with table {vname!r}")
-        v = keys(vraw, prefix, _VIEW_KEYS)
-        views[vname] = ViewConfig(
-            vname, string(v["sql"], f"{prefix}.sql"), resolve(v["path"], f"{prefix}.path")
-        )
-
-    invariants: dict[str, InvariantConfig] = {}
-    raw_inv = top.get("invariants", {})
-    if not isinstance(raw_inv, Mapping):
-        raise err("invariants", "must be a table of invariants")
-    for iname, iraw in raw_inv.items():
-        prefix = f"invariants.{iname}"
-        i = keys(iraw, prefix, _INVARIANT_KEYS)
-        kinds = [k for k in ("constant", "always") if k in i]
-        if len(kinds) != 1:
-            raise err(prefix, "give exactly one of 'constant' or 'always'")
-        kind: InvariantKind = "constant" if kinds[0] == "constant" else "always"
-        invariants[iname] = InvariantConfig(
-            iname, string(i["view"], f"{prefix}.view"), kind, string(i[kind], f"{prefix}.{kind}")
-        )
-
-    spark = SparkConfig()
-    if "spark" in top:
-        s = keys(top["spark"], "spark", _SPARK_KEYS)
-        conf = s.get("conf", {})
-        if not isinstance(conf, Mapping):
-            raise err("spark.conf", "must be a table of Spark settings")
-        spark = SparkConfig(
-            string(s["master"], "spark.master") if "master" in s else None,
-            {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-        )
-
-    maintenance = MaintenanceConfig()
-    if "maintenance" in top:
-        m = keys(top["maintenance"], "maintenance", _MAINTENANCE_KEYS)
-
-        def duration(key: str, default: float) -> float:
-            if key not in m:
-                return default
-            try:
-                return parse_interval(string(m[key], f"maintenance.{key}"))
-            except ValueError as exc:
-                raise err(f"maintenance.{key}", str(exc)) from None
-
-        every = m.get("checkpoint_interval", maintenance.checkpoint_interval)
-        if not isinstance(every, int) or isinstance(every, bool) or every < 0:
-            raise err("maintenance.checkpoint_interval", f"must be 0 or more, got {every!r}")
-        retention: float | None = maintenance.vacuum_retention
-        if m.get("vacuum_retention") == "off":
-            retention = None
-        elif "vacuum_retention" in m:
-            retention = duration("vacuum_retention", 0)
-        maintenance = MaintenanceConfig(
-            every, retention, duration("vacuum_interval", maintenance.vacuum_interval)
-        )
-
+    r = _Reader(source, base_dir)
+    top = r.keys(raw, "", _TOP_KEYS)
+    upstream = _source(r, top.get("source", {}))
+    job = _job(r, top["job"], upstream)
+    tables = _tables(r, top["tables"], upstream)
+    views = _views(r, top["views"], tables)
     return JobConfig(
-        name=name,
-        changelog=resolve(job["changelog"], "job.changelog"),
-        checkpoint=resolve(job["checkpoint"], "job.checkpoint"),
-        snapshot=resolve(job["snapshot"], "job.snapshot") if "snapshot" in job else None,
-        trigger_interval=interval,
-        max_segments_per_batch=max_segments,
         tables=tables,
         views=views,
-        invariants=invariants,
-        spark=spark,
-        maintenance=maintenance,
-        source=source,
+        invariants=_invariants(r, top.get("invariants", {})),
+        spark=_spark(r, top["spark"]) if "spark" in top else SparkConfig(),
+        maintenance=_maintenance(r, top["maintenance"])
+        if "maintenance" in top
+        else MaintenanceConfig(),
+        upstream=upstream,
+        origin=source,
+        **job,
     )
+
+
+def _job(r: _Reader, raw: Any, upstream: SourceConfig) -> dict[str, Any]:
+    job = r.keys(raw, "job", _JOB_KEYS)
+    name = r.string(job["name"], "job.name")
+    if not _JOB_NAME.match(name):
+        raise r.err("job.name", f"{name!r} may hold only letters, digits, '_', '.', '-'")
+    if upstream.kind == "changelog" and "changelog" not in job:
+        raise r.err("job.changelog", 'missing required key (or set [source] kind = "postgres")')
+    if upstream.kind == "postgres":
+        for key in ("changelog", "snapshot"):
+            if key in job:
+                raise r.err(f"job.{key}", 'not used with [source] kind = "postgres"')
+    return {
+        "name": name,
+        "changelog": r.path(job["changelog"], "job.changelog") if "changelog" in job else "",
+        "checkpoint": r.path(job["checkpoint"], "job.checkpoint"),
+        "snapshot": r.path(job["snapshot"], "job.snapshot") if "snapshot" in job else None,
+        "trigger_interval": (
+            r.interval(job["trigger_interval"], "job.trigger_interval")
+            if "trigger_interval" in job else 2.0
+        ),
+        "max_segments_per_batch": r.count(
+            job.get("max_segments_per_batch", 1000), "job.max_segments_per_batch", minimum=1
+        ),
+    }  # fmt: skip
+
+
+def _source(r: _Reader, raw: Any) -> SourceConfig:
+    src = r.keys(raw, "source", _SOURCE_KEYS)
+    kind = src.get("kind", "changelog")
+    if kind not in ("changelog", "postgres"):
+        raise r.err("source.kind", f"{kind!r} is not a source (valid: changelog, postgres)")
+    if kind == "changelog":
+        extra = [k for k in src if k != "kind"]
+        if extra:
+            raise r.err(f"source.{extra[0]}", 'only used with kind = "postgres"')
+        return SourceConfig()
+    if "dsn" not in src:
+        raise r.err("source.dsn", "missing required key (a libpq connection string)")
+    return SourceConfig(
+        kind="postgres",
+        dsn=r.string(src["dsn"], "source.dsn"),
+        slot=_identifier(r, src["slot"], "source.slot") if "slot" in src else None,
+        publication=(
+            _identifier(r, src["publication"], "source.publication") if "publication" in src else None
+        ),
+        max_batch_bytes=r.count(src.get("max_batch_bytes", 64 << 20), "source.max_batch_bytes",
+                                minimum=1),
+    )  # fmt: skip
+
+
+def _identifier(r: _Reader, value: Any, key: str) -> str:
+    text = r.string(value, key)
+    if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", text):
+        raise r.err(key, f"{text!r} must be a lower-case PostgreSQL name (a-z, 0-9, _)")
+    return text
+
+
+def _tables(r: _Reader, raw: Any, upstream: SourceConfig) -> dict[str, TableConfig]:
+    if not isinstance(raw, Mapping) or not raw:
+        raise r.err("tables", "at least one table is required")
+    tables: dict[str, TableConfig] = {}
+    for tname, traw in raw.items():
+        prefix = f"tables.{tname}"
+        if not _NAME.match(tname):
+            raise r.err(prefix, "a table name must be a SQL identifier")
+        t = r.keys(traw, prefix, _TABLE_KEYS)
+        postgres = upstream.kind == "postgres"
+        if not postgres:
+            for key in ("schema", "primary_key"):
+                if key not in t:
+                    raise r.err(f"{prefix}.{key}", "missing required key")
+            if "pg_table" in t:
+                raise r.err(f"{prefix}.pg_table", 'only used with [source] kind = "postgres"')
+        schema = TableSchema(())
+        if "schema" in t:
+            try:
+                schema = TableSchema.from_ddl(r.string(t["schema"], f"{prefix}.schema"))
+            except ValueError as exc:
+                raise r.err(f"{prefix}.schema", str(exc)) from None
+        pk: Any = t.get("primary_key", [])
+        if isinstance(pk, str):
+            pk = [pk]
+        if "primary_key" in t and (
+            not isinstance(pk, list) or not pk or not all(isinstance(c, str) for c in pk)
+        ):
+            raise r.err(f"{prefix}.primary_key", "must be a non-empty list of column names")
+        pg_table = r.string(t["pg_table"], f"{prefix}.pg_table") if "pg_table" in t else None
+        try:
+            tables[tname] = TableConfig(
+                tname, schema, tuple(pk),
+                r.path(t["path"], f"{prefix}.path") if "path" in t else None, pg_table,
+            )  # fmt: skip
+        except ConfigError as exc:
+            raise r.err(exc.key, exc.reason) from None
+    return tables
+
+
+def _views(r: _Reader, raw: Any, tables: Mapping[str, TableConfig]) -> dict[str, ViewConfig]:
+    if not isinstance(raw, Mapping):
+        raise r.err("views", "must be a table of views")
+    views: dict[str, ViewConfig] = {}
+    for vname, vraw in raw.items():
+        prefix = f"views.{vname}"
+        if not _NAME.match(vname):
+            raise r.err(prefix, "a view name must be a SQL identifier")
+        if vname in tables:
+            raise r.err(prefix, f"a view may not share its name with table {vname!r}")
+        v = r.keys(vraw, prefix, _VIEW_KEYS)
+        maintain = v.get("maintain", "auto")
+        if maintain not in ("auto", "incremental", "recompute"):
+            raise r.err(
+                f"{prefix}.maintain",
+                f"{maintain!r} is not a mode (valid: auto, incremental, recompute)",
+            )
+        views[vname] = ViewConfig(
+            vname, r.string(v["sql"], f"{prefix}.sql"), r.path(v["path"], f"{prefix}.path"),
+            maintain,
+        )  # fmt: skip
+    return views
+
+
+def _invariants(r: _Reader, raw: Any) -> dict[str, InvariantConfig]:
+    if not isinstance(raw, Mapping):
+        raise r.err("invariants", "must be a table of invariants")
+    invariants: dict[str, InvariantConfig] = {}
+    for iname, iraw in raw.items():
+        prefix = f"invariants.{iname}"
+        i = r.keys(iraw, prefix, _INVARIANT_KEYS)
+        kinds = [k for k in ("constant", "always") if k in i]
+        if len(kinds) != 1:
+            raise r.err(prefix, "give exactly one of 'constant' or 'always'")
+        kind: InvariantKind = "constant" if kinds[0] == "constant" else "always"
+        invariants[iname] = InvariantConfig(
+            iname,
+            r.string(i["view"], f"{prefix}.view"),
+            kind,
+            r.string(i[kind], f"{prefix}.{kind}"),
+        )
+    return invariants
+
+
+def _spark(r: _Reader, raw: Any) -> SparkConfig:
+    s = r.keys(raw, "spark", _SPARK_KEYS)
+    conf = s.get("conf", {})
+    if not isinstance(conf, Mapping):
+        raise r.err("spark.conf", "must be a table of Spark settings")
+    return SparkConfig(
+        r.string(s["master"], "spark.master") if "master" in s else None,
+        {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
+    )
+
+
+def _maintenance(r: _Reader, raw: Any) -> MaintenanceConfig:
+    m = r.keys(raw, "maintenance", _MAINTENANCE_KEYS)
+    default = MaintenanceConfig()
+    duration: Callable[[str, float], float] = lambda key, fallback: (  # noqa: E731
+        r.interval(m[key], f"maintenance.{key}") if key in m else fallback
+    )
+    every = m.get("checkpoint_interval", default.checkpoint_interval)
+    if not isinstance(every, int) or isinstance(every, bool) or every < 0:
+        raise r.err("maintenance.checkpoint_interval", f"must be 0 or more, got {every!r}")
+    retention: float | None = default.vacuum_retention
+    if m.get("vacuum_retention") == "off":
+        retention = None
+    elif "vacuum_retention" in m:
+        retention = duration("vacuum_retention", 0)
+    return MaintenanceConfig(every, retention, duration("vacuum_interval", default.vacuum_interval))
