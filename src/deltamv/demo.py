@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from deltamv import tso
+from deltamv.state import STATE_FILE, open_read_only
 
 MARKER = ".deltamv-demo"
 _VIEWS = ("total_balance", "balance_by_owner", "negative_accounts", "transfer_stats")
@@ -271,7 +272,7 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, Any
         with _progress(console) as progress:
             warm = progress.add_task("starting the view job (Spark)", info="", total=None)
             deadline = time.time() + 300
-            while not (job_dir / "_checkpoint" / "state.db").exists():
+            while not (job_dir / "_checkpoint" / STATE_FILE).exists():
                 if job.poll() is not None or time.time() > deadline:
                     raise SystemExit(f"the view job did not start; see {out / 'job.log'}")
                 time.sleep(0.2)
@@ -477,7 +478,7 @@ def _report(
             "points": points,
             "large": large,
         }
-    batches = _batches(out / "job" / "_checkpoint" / "state.db")
+    batches = _batches(out / "job" / "_checkpoint")
     committed = [b for b in batches if b["duration_ms"] is not None]
     return {
         "options": {k: str(v) for k, v in asdict(opts).items()},
@@ -509,22 +510,19 @@ def _report(
     }
 
 
-def _batches(state_db: Path) -> list[dict[str, Any]]:
-    import sqlite3
-
-    if not state_db.exists():
+def _batches(checkpoint: Path) -> list[dict[str, Any]]:
+    state = open_read_only(checkpoint)
+    if state is None:
         return []
-    db = sqlite3.connect(f"{state_db.resolve().as_uri()}?mode=ro", uri=True)
     try:
-        rows = db.execute(
-            "SELECT batch, watermark, started_ms, duration_ms FROM batches ORDER BY batch"
-        ).fetchall()
+        records = state.batches()
     finally:
-        db.close()
+        state.close()
     return [
-        {"batch": b, "watermark": w, "started_ms": s, "duration_ms": d,
-         "lag_ms": s + (d or 0) - tso.physical_ms(w)}
-        for b, w, s, d in rows if w
+        {"batch": r.batch, "watermark": r.watermark, "started_ms": r.started_ms,
+         "duration_ms": r.duration_ms,
+         "lag_ms": r.started_ms + (r.duration_ms or 0) - tso.physical_ms(r.watermark)}
+        for r in records if r.watermark
     ]  # fmt: skip
 
 

@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 
 from deltamv import faults
 from deltamv.config import MaintenanceConfig
-from deltamv.delta import housekeeping, table_version
+from deltamv.delta import housekeeping
+from deltamv.delta.table import DeltaTableHandle
 from deltamv.errors import StorageError
 
 __all__ = ["Maintenance", "MaintenanceReport"]
@@ -46,14 +47,14 @@ class MaintenanceReport:
 class Maintenance:
     """Applies a :class:`MaintenanceConfig` to a job's tables after its batches.
 
-    ``tables`` maps a target name to ``(path, internal)``; internal tables (mirrors) are
-    vacuumed down to their latest version.
+    ``tables`` maps a target name to ``(handle, internal)``; internal tables (the job's
+    own copies) are vacuumed down to their latest version.
     """
 
     def __init__(
         self,
         policy: MaintenanceConfig,
-        tables: Mapping[str, tuple[str, bool]],
+        tables: Mapping[str, tuple[DeltaTableHandle, bool]],
         *,
         clock: object = time.monotonic,
     ) -> None:
@@ -71,9 +72,10 @@ class Maintenance:
         vacuum_due = (
             self._last_vacuum is None or now - self._last_vacuum >= self.policy.vacuum_interval
         )
-        for target, (path, internal) in self.tables.items():
+        for target, (handle, internal) in self.tables.items():
+            path = handle.path
             try:
-                if self._checkpoint_due(target, path):
+                if self._checkpoint_due(target, handle):
                     self._checkpointed[target] = housekeeping.checkpoint(path)
                     report.checkpointed.append(target)
                 if vacuum_due:
@@ -93,13 +95,13 @@ class Maintenance:
             )  # fmt: skip
         return report
 
-    def _checkpoint_due(self, target: str, path: str) -> bool:
+    def _checkpoint_due(self, target: str, handle: DeltaTableHandle) -> bool:
         every = self.policy.checkpoint_interval
         if every <= 0:
             return False
         if target not in self._checkpointed:
-            self._checkpointed[target] = housekeeping.last_checkpoint(path)
-        version = table_version(path)
+            self._checkpointed[target] = housekeeping.last_checkpoint(handle.path)
+        version = handle.version()
         if version is None:
             return False
         last = self._checkpointed[target]

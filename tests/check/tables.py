@@ -8,7 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltamv import delta
-from deltamv.job import JOB_KEY, WATERMARK_KEY
+from deltamv.delta.commit import JOB_KEY, WATERMARK_KEY
 
 
 def commit_version(

@@ -117,7 +117,7 @@ def test_the_cli_status_reads_state_read_only(
 ) -> None:
     state = Path(held_job["config"].checkpoint) / "state.db"
     before = state.stat().st_mtime_ns
-    assert main(["status", held_job["config"].source]) == 0
+    assert main(["status", held_job["config"].origin]) == 0
     assert "held back by" in capsys.readouterr().out
     assert state.stat().st_mtime_ns == before
 

@@ -54,8 +54,8 @@ def test_checkpoints_and_vacuum_add_no_version_and_keep_the_latest(spark: Any, b
     assert housekeeping.last_checkpoint(str(total)) == 3
     assert data_files(total) == {Path(u).name for u in delta.file_uris(str(total))}
     assert totals(bank) == (300, 3)
-    mirror = bank / "state" / "_checkpoint" / "mirrors" / "accounts"
-    assert data_files(mirror) == {Path(u).name for u in delta.file_uris(str(mirror))}
+    rich = bank / "out" / "views" / "rich"
+    assert data_files(rich) == {Path(u).name for u in delta.file_uris(str(rich))}
 
 
 def test_default_policy_keeps_old_versions_readable(spark: Any, bank: Path) -> None:
@@ -65,8 +65,11 @@ def test_default_policy_keeps_old_versions_readable(spark: Any, bank: Path) -> N
     transfer(bank, 2, 200)
     ViewJob(config, spark).run(once=True)
     total = bank / "out" / "views" / "total_balance"
-    assert len(data_files(total)) > len(delta.file_uris(str(total)))  # version 0 still readable
     assert delta.read_arrow(str(total), 0).column("total").to_pylist() == [300]
+    # The transfer made account 1 poorer than 100: a new file for "rich", the old one kept.
+    rich = bank / "out" / "views" / "rich"
+    assert len(data_files(rich)) > len(delta.file_uris(str(rich)))  # version 0 still readable
+    assert sorted(delta.read_arrow(str(rich), 0).column("id").to_pylist()) == [1, 2, 7]
 
 
 @pytest.mark.parametrize(

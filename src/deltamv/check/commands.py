@@ -121,25 +121,36 @@ def print_status(status: Any, console: Console | None = None) -> None:
     out = console or Console(width=max(120, Console().width))
     now = status.now_ms
     table = Table(title=f"deltamv status: job {status.job}")
-    for col in ("view", "version", "watermark", "watermark time (UTC)", "lag now", "versions"):
+    for col in ("view", "version", "watermark", "watermark time (UTC)", "lag now", "versions",
+                "maintained"):  # fmt: skip
         table.add_column(
             col, justify="right" if col in ("version", "versions", "lag now") else "left"
         )
     for v in status.views:
+        mode = v.mode or "-"
         if v.latest_version is None:
-            table.add_row(v.view, "-", "-", "no table yet", "-", "0")
+            table.add_row(v.view, "-", "-", "no version yet", "-", "0", mode)
             continue
         table.add_row(
             v.view, str(v.latest_version), str(v.watermark) if v.watermark is not None else "-",
-            _when(v.watermark), _ms(v.lag_ms(now)), str(v.versions),
+            _when(v.watermark), _ms(v.lag_ms(now)), str(v.versions), mode,
         )  # fmt: skip
     out.print(table)
     if not status.state_found:
-        out.print(f"no job state at {status.checkpoint}: the job has not run yet")
+        out.print(
+            f"the job has not run yet (no state in {status.checkpoint}):"
+            " start it with `deltamv run CONFIG`"
+        )
         return
     running = f"running (pid {status.running_pid})" if status.running_pid else "not running"
-    out.print(f"job: {running}; {status.batches} batch(es), last batch {status.last_batch}")
-    if status.job_watermark is not None:
+    last = "none yet" if status.last_batch is None else str(status.last_batch)
+    out.print(f"job: {running}; {status.batches} batch(es), last batch {last}")
+    if not any(v.latest_version is not None for v in status.views):
+        out.print(
+            "no view has a version yet: no region of the change log has resolved past the"
+            " job's start (see what holds it back below)"
+        )
+    if status.job_watermark:
         out.print(
             f"global watermark: {status.job_watermark} ({_when(status.job_watermark)}), "
             f"lag now {_ms(tso.lag_ms(status.job_watermark, now))}"

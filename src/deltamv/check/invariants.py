@@ -105,13 +105,19 @@ def check_job(
         if name not in config.views:
             raise DeltaMVError(f"unknown view {name!r} (views: {', '.join(sorted(config.views))})")
     checks = {name: ViewCheck(name) for name in names}
+    if all(delta.table_version(config.views[n].path) is None for n in names):
+        raise DeltaMVError(
+            f"no view of job {config.name!r} has a version yet, so there is nothing to check:"
+            f" run `deltamv run {config.origin} --once` first"
+        )
     histories: dict[str, list[delta.VersionInfo]] = {}
     for name in names:
         result = checks[name]
         result.invariants = [i.name for i in config.invariants.values() if i.view == name]
         path = config.views[name].path
         if delta.table_version(path) is None:
-            result.fail(Violation(name, "table", None, None, f"no Delta table at {path}"))
+            result.fail(Violation(name, "table", None, None,
+                                  f"no version yet at {path} (the job has not committed this view)"))  # fmt: skip
             continue
         history = delta.versions(path)
         histories[name] = history

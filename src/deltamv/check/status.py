@@ -1,26 +1,23 @@
 """``deltamv status``: how fresh each view is, and what holds the watermark back.
 
 Reads only what exists already: each view's Delta log (versions and their watermarks)
-and the job's state file ``<checkpoint>/state.db``, opened read-only, so it works while
-the job runs and never blocks or changes it. Per batch the job records the span that
-held the global watermark down (``batches.blocker``); per region, since when its
-resolved ts has stood still (``regions.resolved_since_ms``).
+and the job's state, opened read-only (:func:`deltamv.state.open_read_only`), so it
+works while the job runs and never blocks or changes it. Per batch the job records the
+span that held the global watermark down; per region, since when its resolved ts has
+stood still; per view, how it is maintained.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import sqlite3
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from deltamv import delta, tso
 from deltamv.config import JobConfig
-from deltamv.errors import StorageError
+from deltamv.state import ReadOnlyState, open_read_only
 
 __all__ = ["BlockerStatus", "JobStatus", "ViewStatus", "job_status"]
 
@@ -33,6 +30,7 @@ class ViewStatus:
     latest_version: int | None
     watermark: int | None
     committed_ms: int | None  # wall-clock time of the latest commit
+    mode: str | None = None  # "incremental" or "recompute: <reason>" (None before the first run)
 
     def lag_ms(self, now_ms: int) -> int | None:
         return None if self.watermark is None else tso.lag_ms(self.watermark, now_ms)
@@ -85,70 +83,63 @@ class JobStatus:
 def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
     """Status of a job from its views' Delta logs and its state (read-only)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    views = tuple(_view_status(name, v.path) for name, v in config.views.items())
-    state_path = Path(config.checkpoint) / "state.db"
-    if not state_path.exists():
+    state = open_read_only(config.checkpoint)
+    modes = {}
+    if state is not None:
+        modes = {n: ("incremental" if r.mode == "incremental" else f"recompute: {r.reason}")
+                 for n, r in state.views().items()}  # fmt: skip
+    views = tuple(_view_status(name, v.path, modes.get(name)) for name, v in config.views.items())
+    if state is None:
         return JobStatus(config.name, config.checkpoint, now, views, state_found=False)
-    with _read_only(state_path) as db:
-        meta = dict(db.execute("SELECT k, v FROM meta").fetchall())
-        count, last = db.execute("SELECT COUNT(*), MAX(batch) FROM batches").fetchone()
-        started = duration = blocker = None
-        if last is not None:
-            row = db.execute(
-                "SELECT started_ms, blocker, watermark FROM batches WHERE batch = ?", (last,)
-            ).fetchone()
-            started, raw_blocker, watermark = row
-            timed = db.execute(
-                "SELECT duration_ms FROM batches WHERE duration_ms IS NOT NULL "
-                "ORDER BY batch DESC LIMIT 1"
-            ).fetchone()
-            duration = None if timed is None else int(timed[0])
-            since = db.execute(
-                "SELECT MIN(started_ms) FROM batches WHERE watermark = ?", (watermark,)
-            ).fetchone()[0]
-            if raw_blocker:
-                blocker = _blocker(db, json.loads(raw_blocker), since)
-    return JobStatus(
-        job=config.name,
-        checkpoint=config.checkpoint,
-        now_ms=now,
-        views=views,
-        state_found=True,
-        batches=int(count),
-        last_batch=None if last is None else int(last),
-        job_watermark=int(meta["watermark"]) if "watermark" in meta else None,
-        last_batch_started_ms=started,
-        last_duration_ms=duration,
-        blocker=blocker,
-        running_pid=_running_pid(Path(config.checkpoint)),
-    )
+    try:
+        last = state.last_batch()
+        blocker = None
+        if last is not None and last.blocker:
+            since = state.watermark_since_ms(last.watermark)
+            blocker = _blocker(state, last.blocker, since)
+        progress = state.progress()
+        return JobStatus(
+            job=config.name,
+            checkpoint=config.checkpoint,
+            now_ms=now,
+            views=views,
+            state_found=True,
+            batches=state.batch_count(),
+            last_batch=None if last is None else last.batch,
+            job_watermark=progress.watermark if last is not None else None,
+            last_batch_started_ms=None if last is None else last.started_ms,
+            last_duration_ms=state.last_duration_ms(),
+            blocker=blocker,
+            running_pid=_running_pid(Path(config.checkpoint)),
+        )
+    finally:
+        state.close()
 
 
-def _view_status(name: str, path: str) -> ViewStatus:
+def _view_status(name: str, path: str, mode: str | None) -> ViewStatus:
     if delta.table_version(path) is None:
-        return ViewStatus(name, path, 0, None, None, None)
+        return ViewStatus(name, path, 0, None, None, None, mode)
     history = delta.versions(path)
     latest = history[-1]
     marked = [h for h in history if h.watermark is not None]
     watermark = marked[-1].watermark if marked else None
-    return ViewStatus(name, path, len(history), latest.version, watermark, latest.timestamp_ms)
+    return ViewStatus(
+        name, path, len(history), latest.version, watermark, latest.timestamp_ms, mode
+    )
 
 
-def _blocker(db: sqlite3.Connection, raw: dict[str, object], since: int | None) -> BlockerStatus:
+def _blocker(state: ReadOnlyState, raw: dict[str, object], since: int | None) -> BlockerStatus:
     region = raw.get("region")
     resolved = resolved_since = None
     waiting: tuple[int, ...] = ()
     if isinstance(region, int):
-        row = db.execute(
-            "SELECT resolved, resolved_since_ms, parents FROM regions WHERE region = ?", (region,)
-        ).fetchone()
-        if row is not None:
-            resolved, resolved_since = row[0], row[1]
-            parents = json.loads(row[2] or "[]")
-            retired = {
-                r[0] for r in db.execute("SELECT region FROM regions WHERE retired = 1").fetchall()
-            }
-            waiting = tuple(p for p in parents if p not in retired)
+        regions = state.regions()
+        found = regions.get(region)
+        if found is not None:
+            resolved = found.resolved
+            resolved_since = state.resolved_since_ms(region)
+            retired = {r for r, s in regions.items() if s.retired}
+            waiting = tuple(p for p in found.parents if p not in retired)
     return BlockerStatus(
         start_key=str(raw.get("start_key") or ""),
         end_key=str(raw.get("end_key") or ""),
@@ -160,21 +151,6 @@ def _blocker(db: sqlite3.Connection, raw: dict[str, object], since: int | None) 
         waiting_for=waiting,
         watermark_since_ms=since,
     )
-
-
-@contextlib.contextmanager
-def _read_only(path: Path) -> Iterator[sqlite3.Connection]:
-    """The job's state, read-only: never takes a write lock, never creates the file."""
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot open job state {path} read-only: {exc}") from None
-    try:
-        yield db
-    except sqlite3.Error as exc:
-        raise StorageError(f"cannot read job state {path}: {exc}") from None
-    finally:
-        db.close()
 
 
 def _running_pid(checkpoint: Path) -> int | None:

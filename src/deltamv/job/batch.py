@@ -1,0 +1,329 @@
+"""One micro-batch, from the change log to committed Delta versions.
+
+1. **ingest + maintain** (one state transaction): the batch's segments are read and
+   parsed, matched, the watermark advances, the rows it passes are released; their
+   changes are applied to the mirrors, every incremental view computes its change from
+   them (with the state before and after the batch), and each output table's commit is
+   staged in the outbox: a Z-set of changed rows, a rebuild, a Spark recompute, or no
+   change (a version at the new watermark, no data touched).
+2. **publish**: each output table commits its staged change as one Delta version with
+   the app transaction ``(deltamv:<job>, batch + 1)``; a table that has it already
+   (committed before a crash) is skipped.
+3. **finish**: the outbox of the batch is dropped; the batch is done.
+
+A crash anywhere replays the batch: before 1 commits, from the start (nothing of it is in
+the state); after, from the outbox, skipping the tables already committed. Version 0 of
+the app transaction is the start: the snapshot, or the first versions of an empty start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import SparkSession
+
+from deltamv import faults, tso
+from deltamv.compute import Compute
+from deltamv.config import JobConfig
+from deltamv.delta import read_spark
+from deltamv.delta.commit import WATERMARK_KEY
+from deltamv.delta.sink import Delta, NoChange, Replace, TableSink
+from deltamv.errors import StateError
+from deltamv.job.changelog import ChangelogUpstream
+from deltamv.job.targets import Target
+from deltamv.job.views import ViewSet
+from deltamv.pipeline.ingest import EventGroup, IngestResult, ingest
+from deltamv.pipeline.ledger import SegmentLedger
+from deltamv.state.keyed import KEY, Mirror
+from deltamv.state.store import StateStore
+from deltamv.views.ivm import Batch
+from deltamv.views.mirror import TableChange, apply_change, table_change
+
+__all__ = ["BatchReport", "BatchRunner"]
+
+log = logging.getLogger("deltamv.job")
+
+# The order outputs are published in: a recomputed view reads the table copies.
+_ORDER = {"mirror": 0, "table": 1, "view": 2}
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """What one batch did. ``phases`` holds seconds per step (read, match, maintain,
+    state, publish, finish), ``written`` the rows, files and bytes its commits wrote."""
+
+    batch: int
+    events: int
+    released: int
+    watermark: int
+    committed: bool
+    duration_ms: int
+    phases: Mapping[str, float] = field(default_factory=dict)
+    written: Mapping[str, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch, "events": self.events, "released": self.released,
+            "watermark": self.watermark, "committed": self.committed,
+            "duration_ms": self.duration_ms, "phases": dict(self.phases),
+            "written": dict(self.written),
+        }  # fmt: skip
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.phases: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + (now - self._last)
+        self._last = now
+
+
+class BatchRunner:
+    """Runs a job's batches; built once per run with everything a batch needs."""
+
+    def __init__(
+        self,
+        *,
+        config: JobConfig,
+        spark: SparkSession,
+        store: StateStore,
+        compute: Compute,
+        ledger: SegmentLedger,
+        upstream: ChangelogUpstream,
+        views: ViewSet,
+        mirrors: Mapping[str, Mirror],
+        targets: Mapping[str, Target],
+        sinks: Mapping[str, TableSink],
+        scratch: Path,
+    ) -> None:
+        self.config = config
+        self.spark = spark
+        self.store = store
+        self.compute = compute
+        self.ledger = ledger
+        self.upstream = upstream
+        self.views = views
+        self.mirrors = mirrors
+        self.targets = targets
+        self.sinks = sinks
+        self.scratch = scratch
+
+    # -- a batch ------------------------------------------------------------------------
+    def run(self, batch: int) -> BatchReport:
+        """Ingest, maintain and publish one micro-batch; safe to call again for a batch
+        that was cut short (it resumes where it stopped)."""
+        started = time.monotonic()
+        clock = _Clock()
+        progress = self.store.progress()
+        if batch < progress.batch:
+            raise StateError(
+                f"Spark replays batch {batch} but the job state is at batch {progress.batch}:"
+                f" the Spark checkpoint was reset; restore it or start with a new checkpoint"
+                " and new output paths"
+            )
+        if batch <= progress.applied_batch:
+            return BatchReport(batch, 0, 0, progress.watermark, False, 0)  # done before a crash
+        events = released = 0
+        if batch > progress.batch:
+            result = self._ingest(batch, clock)
+            events, released = result.events, result.released
+        written = self._publish(batch, clock)
+        watermark = self.store.progress().watermark
+        committed = bool(self.store.outbox.entries(batch))
+        duration = int((time.monotonic() - started) * 1000)
+        report = BatchReport(batch, events, released, watermark, committed, duration,
+                             clock.phases, written)  # fmt: skip
+        faults.point("before-finish")
+        self.store.finish_batch(
+            batch, committed_watermark=watermark if committed else None, duration_ms=duration,
+            report=report.to_json(),
+        )  # fmt: skip
+        faults.point("after-finish")
+        clock.lap("finish")
+        self.ledger.verify_some()
+        return BatchReport(batch, events, released, watermark, committed,
+                           int((time.monotonic() - started) * 1000), clock.phases, written)  # fmt: skip
+
+    def _ingest(self, batch: int, clock: _Clock) -> IngestResult:
+        segs = self.upstream.segments(batch)
+        clock.lap("read")
+        with self.store.transaction():
+            result = ingest(self.store, self.compute, batch, self._groups(batch, segs.segments, clock),
+                            offsets=segs.offsets)  # fmt: skip
+            clock.lap("match")
+            if result.watermark > result.previous_watermark:
+                self._maintain(batch, result.changes, clock)
+            faults.point("after-stage")
+        faults.point("after-ingest")
+        clock.lap("state")
+        return result
+
+    def _groups(self, batch: int, segments: Any, clock: _Clock) -> Iterator[EventGroup]:
+        for group, records in self.upstream.groups(segments):
+            self.ledger.record(batch, records)
+            clock.lap("read")
+            yield group
+
+    def _maintain(self, batch: int, changes: Mapping[str, pa.Table], clock: _Clock) -> None:
+        """Apply a batch's released changes to mirrors and views; stage every output."""
+        table_changes: dict[str, TableChange] = {
+            t: table_change(self.compute, self.mirrors[t], rows) for t, rows in changes.items()
+        }
+        deltas = {t: c.delta for t, c in table_changes.items() if c.delta.num_rows}
+        b = Batch(self.compute, self.mirrors, deltas)
+        was_ready = {n: self.views.ready(n) for n in self.views.views}
+        view_deltas = self.views.deltas(b)
+        clock.lap("maintain")
+        self.views.finish(b)
+        for t, change in table_changes.items():
+            apply_change(self.mirrors[t], change)
+        not_ready = [n for n, ok in was_ready.items() if not ok]
+        if not_ready:
+            self.views.build(not_ready, self.scratch)
+        for target in self.targets.values():
+            self._stage(batch, target, deltas, view_deltas, was_ready)
+        clock.lap("maintain")
+
+    def _stage(
+        self,
+        batch: int,
+        target: Target,
+        deltas: Mapping[str, pa.Table],
+        view_deltas: Mapping[str, pa.Table | None],
+        was_ready: Mapping[str, bool],
+    ) -> None:
+        outbox = self.store.outbox
+        exists = self.sinks[target.id].handle.exists()
+        if target.kind == "view":
+            view = self.views.views[target.name]
+            if view.mode == "recompute":
+                changed = any(t in deltas for t in view.tables)
+                kind = (
+                    "recompute" if (changed or not exists or not was_ready[target.name]) else "none"
+                )
+                outbox.put(batch, target.id, kind)
+                return
+            if not exists or not was_ready[target.name]:
+                outbox.put(batch, target.id, "rebuild")
+                return
+            delta = view_deltas.get(target.name)
+            outbox.put(batch, target.id, "none" if delta is None else "delta",
+                       [] if delta is None else [delta])  # fmt: skip
+            return
+        if not exists:
+            outbox.put(batch, target.id, "rebuild")
+            return
+        delta = deltas.get(target.name)
+        outbox.put(batch, target.id, "none" if delta is None else "delta",
+                   [] if delta is None else [delta])  # fmt: skip
+
+    # -- publishing -----------------------------------------------------------------------
+    def _publish(self, batch: int, clock: _Clock) -> dict[str, int]:
+        entries = self.store.outbox.entries(batch)
+        written = {"rows": 0, "files": 0, "bytes": 0, "tables": 0}
+        if not entries:
+            return written
+        watermark = self._watermark_of(batch)
+        position = {tid: i for i, tid in enumerate(self.targets)}  # the config's order
+        ordered = sorted(
+            entries.values(),
+            key=lambda e: (_ORDER[self.targets[e.target].kind], position[e.target]),
+        )
+        for entry in ordered:
+            target = self.targets[entry.target]
+            sink = self.sinks[entry.target]
+            change = self._change(target, entry.kind, list(self.store.outbox.read(entry)))
+            faults.point("before-commit")
+            result = sink.commit(
+                batch + 1, change, metadata={WATERMARK_KEY: str(watermark)},
+                expected_version=self.store.committed_version(target.id),
+            )  # fmt: skip
+            faults.point("after-commit")
+            self.store.record_commit(target.id, result.version, batch)
+            written["rows"] += result.rows_written
+            written["files"] += result.files_added
+            written["bytes"] += result.bytes_written
+            written["tables"] += 0 if result.skipped else 1
+        clock.lap("publish")
+        return written
+
+    def _watermark_of(self, batch: int) -> int:
+        if batch < 0:
+            return self.store.start_ts
+        record = self.store.batch_record(batch)
+        if record is None:
+            raise StateError(f"the job state has no record of batch {batch}, which it must publish")
+        return record.watermark
+
+    def _change(
+        self, target: Target, kind: str, parts: list[pa.Table]
+    ) -> Delta | NoChange | Replace:
+        if kind == "none":
+            return NoChange()
+        if kind == "delta":
+            rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
+            return Delta(rows)
+        if kind == "rebuild":
+            if target.kind == "view":
+                return Replace(self.views.contents(target.name, self.scratch))
+            return Replace(self._mirror_rows(target))
+        if kind == "recompute":
+            return Replace(self._recompute(target.name))
+        raise StateError(f"unknown outbox entry {kind!r} for {target.id}")
+
+    def _mirror_rows(self, target: Target) -> Iterable[pa.RecordBatch]:
+        names = target.schema.names
+        for chunk in self.mirrors[target.name].scan():
+            yield from chunk.select(names).cast(target.schema).to_batches()
+
+    def _recompute(self, view: str) -> pa.Table:
+        """A recomputed view's rows: its SQL in Spark over the tables' committed copies."""
+        for table in self.views.views[view].tables:
+            path = self._copy_path(table)
+            read_spark(self.spark, path).createOrReplaceTempView(table)
+        df = self.spark.sql(self.config.views[view].sql)
+        return df.toArrow().cast(self.views.views[view].schema)
+
+    def _copy_path(self, table: str) -> str:
+        for target in self.targets.values():
+            if target.name == table and target.kind in ("table", "mirror"):
+                return target.path
+        raise StateError(f"table {table} has no Delta copy for Spark to read")
+
+    # -- the start ----------------------------------------------------------------------
+    def bootstrap(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
+        """Load the snapshot (if any) into the mirrors, build every view's state and
+        stage the first version of every output (app version 0, watermark = start)."""
+        progress = self.store.progress()
+        if not progress.bootstrapped:
+            with self.store.transaction():
+                self.views.sync_state()
+                if snapshot is not None:
+                    for table, rows in snapshot:
+                        mirror = self.mirrors[table]
+                        keyed = rows.select(mirror.schema.names[1:])
+                        keyed = keyed.add_column(0, KEY, pa.nulls(rows.num_rows, pa.string()))
+                        mirror.insert(keyed.cast(mirror.schema))
+                    self.views.build(list(self.views.views), self.scratch)
+                    for target in self.targets.values():
+                        kind = "recompute" if (target.kind == "view" and
+                                               self.views.views[target.name].mode == "recompute") else "rebuild"  # fmt: skip
+                        self.store.outbox.put(-1, target.id, kind)
+                self.store.mark_bootstrapped()
+        if self.store.outbox.entries(-1):
+            clock = _Clock()
+            self._publish(-1, clock)
+            self.store.finish_batch(-1, committed_watermark=self.store.start_ts, duration_ms=0)
+
+
+def lag_text(watermark: int) -> str:
+    return f"{tso.lag_ms(watermark)} ms"

@@ -1,0 +1,125 @@
+"""The change log as a job's upstream: which segments a batch reads, parsed on the driver.
+
+Spark's streaming engine plans the batches: the ``deltamv-changelog`` source picks, per
+trigger, the segments up to which each region is read (its offset), and writes the
+batch's offsets to the query's offset log before the batch runs. The batch itself reads
+those segments here, on the driver, in one pass per file (parsed columnar and
+fingerprinted from the same bytes): its segments are those after the previous batch's
+offset up to this batch's, so a replayed batch reads exactly the same ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from deltamv.changelog.batch import SegmentFingerprint, parse_segments
+from deltamv.changelog.segments import Segment, scan_region
+from deltamv.changelog.source import SOURCE_NAME, decode_offset, tables_option
+from deltamv.config import JobConfig
+from deltamv.errors import DeltaMVError, StateError
+from deltamv.pipeline.ingest import EventGroup
+from deltamv.state.store import SegmentRecord
+
+__all__ = ["BatchSegments", "ChangelogUpstream"]
+
+_GROUP_BYTES = 48 << 20  # segment bytes parsed and matched at once (memory per step)
+
+
+@dataclass(frozen=True)
+class BatchSegments:
+    batch: int
+    start: Mapping[int, int]
+    end: Mapping[int, int]
+    segments: tuple[Segment, ...]
+
+    @property
+    def offsets(self) -> dict[str, Any]:
+        return {"regions": {str(r): s for r, s in sorted(self.end.items())}}
+
+
+class ChangelogUpstream:
+    """Reads a job's change log (see the module doc)."""
+
+    def __init__(self, config: JobConfig, spark_checkpoint: Path) -> None:
+        self.config = config
+        self.offset_log = spark_checkpoint / "offsets"
+        self.schemas = {n: t.schema for n, t in config.tables.items()}
+        self.keys = {n: t.primary_key for n, t in config.tables.items()}
+
+    def stream(self, spark: SparkSession) -> DataFrame:
+        return (
+            spark.readStream.format(SOURCE_NAME)
+            .option("path", self.config.changelog)
+            .option("tables", tables_option(self.schemas))
+            .option("maxSegmentsPerTrigger", str(self.config.max_segments_per_batch))
+            .load()
+        )
+
+    def segments(self, batch: int) -> BatchSegments:
+        """The segments ``batch`` reads, from Spark's offset log."""
+        end = self._logged_offset(batch)
+        start = self._logged_offset(batch - 1) if batch > 0 else {}
+        found: list[Segment] = []
+        root = self.config.changelog
+        for region, last in sorted(end.items()):
+            first = start.get(region, -1)
+            if last <= first:
+                continue
+            folder = os.path.join(root, f"region-{region}")
+            segs = [s for s in scan_region(region, folder, after=first).segments if s.seq <= last]
+            if not segs or segs[-1].seq != last:
+                raise DeltaMVError(
+                    f"segment {last} of region {region} is in batch {batch}'s offsets but no"
+                    f" longer in the change log {root}"
+                )
+            found.extend(segs)
+        return BatchSegments(batch, start, end, tuple(found))
+
+    def _logged_offset(self, batch: int) -> dict[int, int]:
+        path = self.offset_log / str(batch)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise StateError(
+                f"Spark's offset log has no batch {batch} ({path}): the streaming checkpoint"
+                " was changed or removed; restore it or start with a new checkpoint"
+            ) from None
+        # Spark's offset log: a version line, the batch metadata, then one offset per source.
+        if len(lines) < 3 or lines[0].strip() != "v1":
+            raise StateError(f"cannot read Spark's offset log entry {path}")
+        return decode_offset(json.loads(lines[2]))
+
+    def groups(
+        self, segments: Sequence[Segment]
+    ) -> Iterator[tuple[EventGroup, list[SegmentRecord]]]:
+        """The segments parsed in groups of bounded size, with their fingerprints."""
+        group: list[Segment] = []
+        size = 0
+        for seg in segments:
+            try:
+                length = os.path.getsize(seg.path)
+            except OSError:
+                length = 0
+            if group and size + length > _GROUP_BYTES:
+                yield self._parse(group)
+                group, size = [], 0
+            group.append(seg)
+            size += length
+        if group:
+            yield self._parse(group)
+
+    def _parse(self, group: Sequence[Segment]) -> tuple[EventGroup, list[SegmentRecord]]:
+        batch, prints = parse_segments(group, self.schemas, self.keys)
+        records = [_record(p) for p in prints]
+        return EventGroup(batch.files, batch.events, batch.values), records
+
+
+def _record(p: SegmentFingerprint) -> SegmentRecord:
+    return SegmentRecord(p.path, p.region, p.seq, p.size, p.mtime_ns, p.digest)

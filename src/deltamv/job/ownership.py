@@ -1,0 +1,94 @@
+"""Before a job reads anything: are its output tables its own, and untouched by others?
+
+- A path that holds a Delta table some other program (or another deltamv job) wrote is
+  refused, naming the config key.
+- Each existing table must be at the version the job's state recorded, or one version
+  past it if that commit is this job's own (a crash after the commit, before the state
+  heard of it). Commits carry ``deltamv.checkpoint``, a random id of the job's checkpoint,
+  so a second job with the same name but another checkpoint is told apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from deltamv.config import JobConfig
+from deltamv.delta.commit import BATCH_KEY, JOB_KEY
+from deltamv.delta.table import DeltaTableHandle
+from deltamv.errors import CommitConflictError, ConfigError
+from deltamv.job.targets import CHECKPOINT_KEY, Target
+from deltamv.state.store import StateStore
+
+__all__ = ["check_owners", "check_tables"]
+
+
+def check_owners(config: JobConfig) -> None:
+    """Refuse an output path that holds a Delta table another program or job created.
+
+    Runs before the job touches anything (not even its checkpoint)."""
+    outputs = [(f"views.{n}.path", v.path) for n, v in config.views.items()]
+    outputs += [(f"tables.{n}.path", t.path) for n, t in config.tables.items() if t.path]
+    for key, path in outputs:
+        handle = DeltaTableHandle(path)
+        if not handle.exists():
+            continue
+        history = handle.commits_since(-1)
+        first = min(history, key=lambda h: int(str(h.get("version", 0)))) if history else {}
+        owner = first.get(JOB_KEY)
+        if owner != config.name:
+            who = f"job {owner!r}" if owner else "something other than deltamv"
+            raise ConfigError(key, f"{path} holds a Delta table written by {who}",
+                              source=config.origin)  # fmt: skip
+
+
+def check_tables(
+    config: JobConfig,
+    targets: Mapping[str, Target],
+    handles: Mapping[str, DeltaTableHandle],
+    store: StateStore,
+    checkpoint_id: str,
+) -> None:
+    """Refuse tables this checkpoint did not write last (a second job, a foreign writer)."""
+    progress = store.progress()
+    # The app transaction version of the batch that may be in flight.
+    pending = progress.applied_batch + 2
+    for target in targets.values():
+        handle = handles[target.id]
+        current = handle.version()
+        recorded = store.committed_version(target.id)
+        path = target.path
+        if current is None:
+            if recorded is not None:
+                raise CommitConflictError(
+                    f"table {path} is gone but job {config.name!r} committed its version"
+                    f" {recorded}: another process deleted it"
+                )
+            continue
+        if recorded is not None and current < recorded:
+            raise CommitConflictError(
+                f"table {path} is at version {current} but job {config.name!r} committed"
+                f" version {recorded}: it was replaced or restored by another writer"
+            )
+        base = -1 if recorded is None else recorded
+        for info in handle.commits_since(base):
+            version = int(str(info.get("version", -1)))
+            ours = (
+                version == base + 1
+                and info.get(JOB_KEY) == config.name
+                and info.get(CHECKPOINT_KEY, checkpoint_id) == checkpoint_id
+                and str(info.get(BATCH_KEY)) in (str(pending), str(pending - 1))
+            )
+            if ours:
+                continue
+            if recorded is None:
+                raise CommitConflictError(
+                    f"table {path} holds versions that this job's checkpoint"
+                    f" {config.checkpoint} did not write (another job named {config.name!r},"
+                    " or a new checkpoint): give each job its own table paths"
+                )
+            raise CommitConflictError(
+                f"table {path} version {version} was committed by another writer"
+                f" ({info.get('operation', 'unknown operation')}, job {info.get(JOB_KEY)!r})"
+                f" after job {config.name!r} committed version {recorded}: deltamv stops"
+                " rather than overwrite it"
+            )

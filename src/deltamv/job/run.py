@@ -1,0 +1,262 @@
+"""A job's run: checks before anything is read, the start, and the streaming query.
+
+:class:`ViewJob` holds the checkpoint's lock for the whole run, opens the job's state,
+plans and classifies the views, checks that every output table is the job's own and
+untouched, publishes the start (a snapshot's first versions), and then runs a Spark
+Structured Streaming query whose batches :class:`~deltamv.job.batch.BatchRunner`
+processes. Errors leave as one-line deltamv errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import threading
+import uuid
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pyarrow as pa
+from py4j.protocol import Py4JError
+from pyspark.errors import PySparkException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
+
+from deltamv import tso
+from deltamv.changelog.snapshot import read_snapshot_file, read_snapshot_ts, snapshot_files
+from deltamv.compute import Compute
+from deltamv.config import JobConfig
+from deltamv.delta.table import DeltaTableHandle
+from deltamv.errors import CommitConflictError, DeltaMVError, StorageError, unwire
+from deltamv.job.batch import BatchReport, BatchRunner
+from deltamv.job.changelog import ChangelogUpstream
+from deltamv.job.ownership import check_owners, check_tables
+from deltamv.job.targets import targets_of
+from deltamv.job.views import ViewSet
+from deltamv.maintenance import Maintenance
+from deltamv.pipeline.ledger import SegmentLedger
+from deltamv.state.keyed import Mirror
+from deltamv.state.store import STATE_FILE, StateStore
+from deltamv.views.sql import check_sql
+
+__all__ = ["ViewJob"]
+
+log = logging.getLogger("deltamv.job")
+
+_RECENT_REPORTS = 1000  # batch reports a continuous run keeps
+
+
+class ViewJob:
+    """One job: its config and its Spark session. :meth:`run` runs it."""
+
+    def __init__(self, config: JobConfig, spark: SparkSession) -> None:
+        self.config = config
+        self.spark = spark
+        self.checkpoint = Path(config.checkpoint)
+        self.app_id = f"deltamv:{config.name}"
+        self.reports: deque[BatchReport] = deque()
+        self.batches = 0  # batches processed by this run
+        self.modes: dict[str, str] = {}  # view -> "incremental" or "recompute: <reason>"
+        self._error: BaseException | None = None
+        self._query: StreamingQuery | None = None
+
+    # -- public ----------------------------------------------------------------------------
+    def run(self, *, once: bool) -> list[BatchReport]:
+        """Run until the log is drained (``once``) or until interrupted.
+
+        Returns the reports of the batches this run processed; a continuous run keeps
+        only the last ``_RECENT_REPORTS`` (it may run for months).
+        Raises ConfigError before anything is read, BadRecordError for bad input (nothing
+        of that batch is committed), CommitConflictError when another writer touched a
+        view, StorageError for I/O failures.
+        """
+        self.reports = deque(maxlen=None if once else _RECENT_REPORTS)
+        self.batches = 0
+        check_sql(self.spark, self.config)
+        check_owners(self.config)
+        start_ts = read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
+        with _lock(self.checkpoint, self.config.name):
+            store = StateStore(
+                self.checkpoint / STATE_FILE, job=self.config.name, start_ts=start_ts
+            )
+            compute = Compute(temp_dir=str(self.checkpoint / "tmp" / "compute"))
+            try:
+                runner = self._open(store, compute)
+                snapshot = self._snapshot() if self.config.snapshot else None
+                runner.bootstrap(snapshot)
+                self._stream(runner, once=once)
+            finally:
+                compute.close()
+                store.close()
+        return list(self.reports)
+
+    def request_stop(self) -> None:
+        """Ask a running job to stop (from a signal handler): the query stops from
+        another thread and :meth:`run` returns. A batch cut short is replayed on restart."""
+        query = self._query
+        if query is not None:
+            log.info("stop requested; stopping after %d batches", self.batches)
+            threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
+
+    # -- the start -------------------------------------------------------------------------
+    def _open(self, store: StateStore, compute: Compute) -> BatchRunner:
+        config = self.config
+        mirrors = {
+            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
+            for name, t in config.tables.items()
+        }
+        views = ViewSet(self.spark, config, store, compute, mirrors)
+        views.log_modes()
+        self.modes = {n: v.describe for n, v in views.views.items()}
+        targets = targets_of(
+            config,
+            {n: (v.schema, v.layout) for n, v in views.views.items()},
+            sorted(views.recomputed_tables()),
+        )
+        handles = {t.id: DeltaTableHandle(t.path) for t in targets.values()}
+        checkpoint_id = store.checkpoint_id(uuid.uuid4().hex)
+        check_tables(config, targets, handles, store, checkpoint_id)
+        with store.transaction():
+            views.sync_state()
+        sinks = {  # one handle per table for the whole run
+            tid: target.sink(
+                handles[tid], app_id=self.app_id, job=config.name, checkpoint_id=checkpoint_id
+            )
+            for tid, target in targets.items()
+        }
+        ledger = SegmentLedger(store)
+        ledger.verify_all()
+        self.maintenance = Maintenance(
+            config.maintenance, {tid: (handles[tid], t.internal) for tid, t in targets.items()}
+        )
+        scratch = self.checkpoint / "tmp"
+        return BatchRunner(
+            config=config, spark=self.spark, store=store, compute=compute, ledger=ledger,
+            upstream=ChangelogUpstream(config, self.checkpoint / "spark"), views=views,
+            mirrors=mirrors, targets=targets, sinks=sinks, scratch=scratch,
+        )  # fmt: skip
+
+    def _snapshot(self) -> Iterator[tuple[str, pa.Table]]:
+        assert self.config.snapshot is not None
+        for name, table in self.config.tables.items():
+            for path in snapshot_files(self.config.snapshot, name):
+                yield name, read_snapshot_file(path, table.schema)
+
+    # -- streaming -------------------------------------------------------------------------
+    def _stream(self, runner: BatchRunner, *, once: bool) -> None:
+        reader = runner.upstream.stream(self.spark)
+        # Spark's callback server keeps the batch function after the query ends: it
+        # reaches the run's state only through this holder, emptied when the run ends.
+        holder = [runner]
+
+        def on_batch(df: DataFrame, batch_id: int) -> None:
+            if not holder:
+                raise DeltaMVError("a batch arrived after the job's run ended")
+            try:
+                report = holder[0].run(batch_id)
+            except BaseException as exc:
+                self._error = unwire(exc) or _storage_error(exc) or exc
+                raise
+            self.reports.append(report)
+            self.batches += 1
+            self.maintenance.after_batch()
+            _log_report(report)
+
+        writer = reader.writeStream.foreachBatch(on_batch).option(
+            "checkpointLocation", str(self.checkpoint / "spark")
+        )
+        if once:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(
+                processingTime=f"{int(self.config.trigger_interval * 1000)} milliseconds"
+            )
+        query = writer.queryName(f"deltamv-{self.config.name}").start()
+        self._query = query
+        try:
+            self._await(query)
+        finally:
+            holder.clear()
+            self._query = None
+
+    def _await(self, query: StreamingQuery) -> None:
+        try:
+            query.awaitTermination()
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM: stop. The JVM may be shutting down as well (it got the
+            # signal too); a batch cut short is replayed on the next start.
+            with contextlib.suppress(PySparkException, Py4JError):
+                query.stop()
+            log.info("stopped on request after %d batches", self.batches)
+            return
+        except PySparkException as exc:
+            raise self._explain(exc) from None
+        failure = query.exception()
+        if failure is not None:
+            raise self._explain(failure)
+
+    def _explain(self, exc: BaseException) -> BaseException:
+        """The one-line deltamv error behind a failed streaming query."""
+        if self._error is not None:
+            return self._error
+        found = unwire(exc) or _storage_error(exc)
+        if found is not None:
+            return found
+        return DeltaMVError(f"the streaming query failed: {str(exc).strip().splitlines()[0]}")
+
+
+def _storage_error(exc: BaseException) -> StorageError | None:
+    from deltamv.errors import exception_chain
+
+    for e in exception_chain(exc):
+        if isinstance(e, OSError) and e.strerror:
+            where = f" ({e.filename})" if e.filename else ""
+            return StorageError(f"storage failed{where}: {e.strerror}")
+    return None
+
+
+def _log_report(report: BatchReport) -> None:
+    if report.committed:
+        log.info(
+            "batch %d: events %d, rows released %d, watermark %d, lag %d ms, %d ms",
+            report.batch, report.events, report.released, report.watermark,
+            tso.lag_ms(report.watermark), report.duration_ms,
+        )  # fmt: skip
+    else:
+        log.info(
+            "batch %d: events %d, %d ms; no new watermark yet, nothing committed",
+            report.batch, report.events, report.duration_ms,
+        )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _lock(checkpoint: Path, job: str) -> Iterator[None]:
+    """Refuse to run twice: a second job with this checkpoint fails at once."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    handle: IO[str] = open(checkpoint / "_lock", "a+")  # noqa: SIM115
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise CommitConflictError(
+            f"job {job!r} is already running on checkpoint {checkpoint}"
+        ) from None
+    try:
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "job": job}))
+        handle.flush()
+        yield
+    finally:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        handle.close()
+
+
+def _stop_quietly(query: StreamingQuery) -> None:
+    with contextlib.suppress(PySparkException, Py4JError):  # already stopping: fine
+        query.stop()

@@ -1,0 +1,256 @@
+"""A job's views: how each is maintained, its state, and its changes per batch.
+
+At start every view's SQL is planned by Spark and classified (:mod:`deltamv.views.ivm`):
+``incremental`` when the maintenance rules cover it, else ``recompute: <reason>``. A
+view's config may force ``maintain = "recompute"``, or demand ``"incremental"`` (then a
+view the rules do not cover stops the job at start, naming the reason). The mode and the
+plan's fingerprint are kept in the state: a view whose SQL (or mode) changed since the
+last run has its state rebuilt from the mirrors and its table rewritten in full.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark.sql import SparkSession
+
+from deltamv.compute import Compute
+from deltamv.config import JobConfig, ViewConfig
+from deltamv.delta import spark_to_arrow
+from deltamv.errors import ConfigError
+from deltamv.state.keyed import KEY, KeyedTable, Mirror
+from deltamv.state.store import StateStore, ViewRecord
+from deltamv.views.expr import Unsupported
+from deltamv.views.ivm import AggregateOp, Attr, Batch, ViewMaintainer, W, compile_view
+from deltamv.views.plan import ViewPlan, plan_views
+
+__all__ = ["MaintainedView", "ViewSet"]
+
+log = logging.getLogger("deltamv.job")
+
+
+@dataclass
+class MaintainedView:
+    config: ViewConfig
+    plan: ViewPlan
+    schema: pa.Schema  # the view table's columns, as Spark types them
+    layout: tuple[str, ...]  # the columns its files are sorted by
+    mode: str  # "incremental" or "recompute"
+    reason: str  # why recompute
+    maintainer: ViewMaintainer | None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def tables(self) -> frozenset[str]:
+        return self.plan.tables
+
+    @property
+    def describe(self) -> str:
+        return "incremental" if self.mode == "incremental" else f"recompute: {self.reason}"
+
+
+class ViewSet:
+    """Every view of a job, classified, with the state of the incremental ones."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: JobConfig,
+        store: StateStore,
+        compute: Compute,
+        mirrors: Mapping[str, Mirror],
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.compute = compute
+        self.mirrors = mirrors
+        plans = plan_views(spark, config)
+        self.views: dict[str, MaintainedView] = {}
+        for name, view in config.views.items():
+            plan = plans[name]
+            schema = spark_to_arrow(spark.sql(view.sql).schema)
+            self.views[name] = self._classify(view, plan, schema)
+
+    def _state_table(
+        self, name: str, schema: pa.Schema, indexes: Sequence[Sequence[str]]
+    ) -> KeyedTable:
+        return KeyedTable(self.store.db, f"s_{name}", schema, indexes=indexes)
+
+    def _classify(self, view: ViewConfig, plan: ViewPlan, schema: pa.Schema) -> MaintainedView:
+        layout = _layout(plan, schema)
+        if view.maintain == "recompute":
+            return MaintainedView(
+                view, plan, schema, layout, "recompute", 'maintain = "recompute"', None
+            )
+        try:
+            maintainer = compile_view(view.name, plan.root, plan.output_names, self.mirrors,
+                                      self._state_table)  # fmt: skip
+            maintainer.root.prepare()
+        except Unsupported as exc:
+            if view.maintain == "incremental":
+                raise ConfigError(
+                    f"views.{view.name}.maintain",
+                    f"the view cannot be maintained incrementally: {exc}",
+                    source=self.config.origin,
+                ) from None
+            return MaintainedView(view, plan, schema, layout, "recompute", str(exc), None)
+        return MaintainedView(view, plan, schema, layout, "incremental", "", maintainer)
+
+    # -- the state of each view ---------------------------------------------------------
+    def sync_state(self) -> None:
+        """Compare each view with the state: a new or changed view is not ready (its state
+        is rebuilt and its table rewritten at the next batch). Inside a transaction."""
+        known = self.store.views()
+        for name, view in self.views.items():
+            record = known.get(name)
+            fingerprint = view.plan.fingerprint
+            if (
+                record is not None
+                and record.fingerprint == fingerprint
+                and record.mode == view.mode
+            ):
+                continue
+            if view.maintainer is not None:
+                view.maintainer.root.reset()
+            self.store.set_view(ViewRecord(name, view.mode, view.reason, fingerprint, False))
+        for name in known:
+            if name not in self.views:
+                self.store.drop_view(name)
+
+    def ready(self, name: str) -> bool:
+        record = self.store.views().get(name)
+        return record is not None and record.ready
+
+    def recomputed_tables(self) -> set[str]:
+        """The source tables some recomputed view reads (Spark needs a Delta copy)."""
+        return {t for v in self.views.values() if v.mode == "recompute" for t in v.tables}
+
+    def log_modes(self) -> None:
+        for view in self.views.values():
+            log.info("view %s: %s", view.name, view.describe)
+
+    # -- per batch ----------------------------------------------------------------------
+    def deltas(self, b: Batch) -> dict[str, pa.Table | None]:
+        """Each ready incremental view's change in the batch (None: unchanged)."""
+        out: dict[str, pa.Table | None] = {}
+        for name, view in self.views.items():
+            if view.maintainer is not None and self.ready(name):
+                out[name] = view.maintainer.delta(b)
+        return out
+
+    def finish(self, b: Batch) -> None:
+        """Write the batch's state changes of every incremental view."""
+        for name, view in self.views.items():
+            if view.maintainer is not None and self.ready(name):
+                view.maintainer.root.finish(b)
+
+    def build(self, names: Sequence[str], scratch: Path) -> None:
+        """Build the state of incremental views from the mirrors (after the batch's
+        changes); mark them ready. Inside the batch's transaction."""
+        todo = [n for n in names if self.views[n].maintainer is not None]
+        if todo:
+            with MirrorFiles(self.mirrors, scratch) as files:
+                for name in todo:
+                    maintainer = self.views[name].maintainer
+                    assert maintainer is not None
+                    for op in maintainer.ops():
+                        if isinstance(op, AggregateOp) and op.state is not None:
+                            op.build(self.compute, op.child.full_sql(files.base), {})
+        for name in names:
+            view = self.views[name]
+            self.store.set_view(
+                ViewRecord(name, view.mode, view.reason, view.plan.fingerprint, True)
+            )
+
+    def contents(self, name: str, scratch: Path) -> pa.Table:
+        """The whole current content of an incremental view, from the mirrors."""
+        view = self.views[name]
+        assert view.maintainer is not None
+        with MirrorFiles(self.mirrors, scratch) as files:
+            rows = self.compute.query(view.maintainer.full_sql(files.base))
+        return _expand(rows, view)
+
+
+def _layout(plan: ViewPlan, schema: pa.Schema) -> tuple[str, ...]:
+    """Sort a view's files by its group columns when it is an aggregate, else by all."""
+    root = plan.root
+    while root.kind in ("Project", "Filter") and root.children:
+        root = root.children[0]
+    if root.kind == "Aggregate":
+        groups = root.fields.get("groupingExpressions") or ()
+        group_ids = {g.attr().id for g in groups if g.attr() is not None}
+        chosen = [name for name, attr in zip(plan.output_names, plan.root.output, strict=False)
+                  if attr.id in group_ids]  # fmt: skip
+        if chosen:
+            return tuple(chosen)
+    return tuple(schema.names)
+
+
+def _expand(rows: pa.Table, view: MaintainedView) -> pa.Table:
+    """Full-evaluation rows (weights are multiplicities) as the view's table rows."""
+    maintainer = view.maintainer
+    assert maintainer is not None
+    attrs: Sequence[Attr] = maintainer.root.output
+    weights = rows.column(W).to_pylist()
+    if any(w != 1 for w in weights):
+        index = [i for i, w in enumerate(weights) for _ in range(max(w, 0))]
+        rows = rows.take(pa.array(index, pa.int64()))
+    cols = [rows.column(a.col) for a in attrs]
+    table = pa.table(cols, names=list(maintainer.output_names))
+    return table.cast(view.schema)
+
+
+class MirrorFiles:
+    """The mirrors written out as Parquet files for a full evaluation in DuckDB (bounded
+    memory: DuckDB reads them and spills); removed afterwards."""
+
+    def __init__(self, mirrors: Mapping[str, Mirror], scratch: Path) -> None:
+        self.mirrors = mirrors
+        self.folder = scratch / f"mirrors-{uuid.uuid4().hex[:8]}"
+        self._paths: dict[str, str] = {}
+
+    def __enter__(self) -> MirrorFiles:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def path(self, table: str) -> str:
+        if table not in self._paths:
+            mirror = self.mirrors[table]
+            schema = pa.schema([f for f in mirror.schema if f.name != KEY])
+            target = str(self.folder / f"{table}.parquet")
+            with pq.ParquetWriter(target, schema) as writer:
+                for chunk in mirror.scan():
+                    writer.write_table(chunk.select(schema.names).cast(schema))
+            self._paths[table] = target
+        return self._paths[table]
+
+    def base(self, table: str, attrs: Sequence[Attr]) -> str:
+        cols = ", ".join(f'"{a.name}" AS "{a.col}"' for a in attrs)
+        return (f"SELECT {cols}, CAST(1 AS BIGINT) AS \"{W}\""
+                f" FROM read_parquet('{_sql_text(self.path(table))}')")  # fmt: skip
+
+
+def _sql_text(path: str) -> str:
+    return os.path.abspath(path).replace("'", "''")
+
+
+def iter_chunks(table: pa.Table, rows: int = 65_536) -> Iterator[pa.Table]:
+    for start in range(0, table.num_rows, rows):
+        yield table.slice(start, rows)
+
+
+_ = Callable  # re-exported for typing in callers
