@@ -120,3 +120,13 @@ def pg_dsn(pg_server: PgServer) -> Iterator[str]:
         ).fetchall():
             conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
         conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def pg(pg_dsn: str) -> Iterator[psycopg.Connection]:
+    """A deltamv connection (autocommit, UTC, ...) to a fresh database."""
+    from deltamv.postgres import connect
+
+    conn = connect(pg_dsn)
+    yield conn
+    conn.close()

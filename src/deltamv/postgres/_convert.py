@@ -35,21 +35,25 @@ def typed_column(texts: pa.Array, pg: PgColumn, col: Column, table: PgTable) -> 
             texts = texts.cast(pa.string())
         except pa.ArrowInvalid:
             raise _unfit(table, col, "is not valid UTF-8 text", None) from None
-    target = col.arrow_type()
     try:
-        if pg.type_oid == _BYTEA:
-            return _bytea(texts.cast(pa.binary()), table, col)
-        if pg.type_oid == _BOOL:
-            return pc.equal(texts, "t")
-        if pg.type_oid == _TIMESTAMP:
-            # A timestamp without time zone is read as UTC wall-clock time.
-            naive = pc.cast(texts, pa.timestamp("us"))
-            return naive.cast(pa.timestamp("us", tz="UTC")).cast(target)
-        if pg.type_oid == _TIMESTAMPTZ:
-            return pc.cast(texts, pa.timestamp("us", tz="UTC")).cast(target)
-        return pc.cast(texts, target)
+        return _typed(texts, pg, col, table)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         raise _unfit(table, col, None, _first_unfit(texts, pg, col, table)) from None
+
+
+def _typed(texts: pa.Array, pg: PgColumn, col: Column, table: PgTable) -> pa.Array:
+    target = col.arrow_type()
+    if pg.type_oid == _BYTEA:
+        return _bytea(texts.cast(pa.binary()), table, col)
+    if pg.type_oid == _BOOL:
+        return pc.equal(texts, "t")
+    if pg.type_oid == _TIMESTAMP:
+        # A timestamp without time zone is read as UTC wall-clock time.
+        naive = pc.cast(texts, pa.timestamp("us"))
+        return naive.cast(pa.timestamp("us", tz="UTC")).cast(target)
+    if pg.type_oid == _TIMESTAMPTZ:
+        return pc.cast(texts, pa.timestamp("us", tz="UTC")).cast(target)
+    return pc.cast(texts, target)
 
 
 def _bytea(texts: pa.Array, table: PgTable, col: Column) -> pa.Array:
@@ -69,8 +73,8 @@ def _first_unfit(texts: pa.Array, pg: PgColumn, col: Column, table: PgTable) -> 
         if v is None:
             continue
         try:
-            typed_column(pa.array([v], texts.type), pg, col, table)
-        except ConfigError:
+            _typed(pa.array([v], texts.type), pg, col, table)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return str(v)
     return None
 

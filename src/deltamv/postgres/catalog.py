@@ -203,22 +203,37 @@ _RELKINDS = {"v": "a view", "m": "a materialized view", "f": "a foreign table",
              "S": "a sequence", "c": "a composite type", "i": "an index"}  # fmt: skip
 
 
+Declared = tuple[TableSchema | None, Sequence[str] | None]
+
+
 def read_catalog(
-    conn: psycopg.Connection[Any], tables: Sequence[tuple[str, str | None]]
+    conn: psycopg.Connection[Any],
+    tables: Sequence[tuple[str, str | None]],
+    *,
+    declared: Mapping[str, Declared] | None = None,
 ) -> dict[str, PgTable]:
     """Look up each ``(config_name, pg_table or None)`` and map it (module docstring).
 
-    Read-only; raises :class:`ConfigError` (key ``tables.<config_name>``) on the first
-    table deltamv cannot read, naming it and why.
+    ``declared`` holds the job's ``(schema, primary_key)`` per table where the config
+    declares them (either may be None); each is checked by :func:`check_declared` and
+    becomes the table's schema. A declared DECIMAL is what makes an unconstrained
+    numeric column readable.
+
+    Read-only; raises :class:`ConfigError` (key ``tables.<config_name>...``) on the
+    first table deltamv cannot read, naming it and why.
     """
     out: dict[str, PgTable] = {}
     for name, pg_table in tables:
         namespace, relname = parse_pg_table(name, pg_table)
-        out[name] = _read_table(conn, name, namespace, relname)
+        schema, primary_key = (declared or {}).get(name, (None, None))
+        table = _read_table(conn, name, namespace, relname, lenient=schema is not None)
+        out[name] = check_declared(table, schema, primary_key)
     return out
 
 
-def _read_table(conn: psycopg.Connection[Any], name: str, namespace: str, relname: str) -> PgTable:
+def _read_table(
+    conn: psycopg.Connection[Any], name: str, namespace: str, relname: str, *, lenient: bool = False
+) -> PgTable:
     key = f"tables.{name}"
     qualified = f"{namespace}.{relname}"
     with conn.cursor() as cur:
@@ -243,6 +258,10 @@ def _read_table(conn: psycopg.Connection[Any], name: str, namespace: str, relnam
                 "replication does not send; drop it or compute it in a view",
             )
         pg_columns.append(PgColumn(col_name, type_oid, typmod, type_name, not_null))
+        if lenient and type_oid == NUMERIC_OID and numeric_precision_scale(typmod) is None:
+            # a declared DECIMAL decides (check_declared); values are checked as read
+            schema_columns.append(Column(col_name, "decimal", 38, 0, nullable=not not_null))
+            continue
         schema_columns.append(
             _map_column(key, where, col_name, type_oid, typmod, type_name, not_null)
         )
