@@ -18,8 +18,8 @@ from deltamv.postgres import (
     slot_status,
 )
 
-from .conftest import PgServer
 from .helpers import SLOT, read, start
+from .server import PgServer
 
 ACCOUNTS = "CREATE TABLE accounts (id int PRIMARY KEY, owner text, balance bigint)"
 

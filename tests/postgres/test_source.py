@@ -91,7 +91,9 @@ def test_options_are_checked(spark: Any, pg_dsn: str) -> None:
         PostgresStreamReader({"dsn": pg_dsn})
     with pytest.raises(ConfigError, match="maxBytesPerTrigger: must be a positive integer"):
         PostgresStreamReader({"dsn": pg_dsn, "slot": "s", "maxBytesPerTrigger": "0"})
-    reader = PostgresStreamReader({"dsn": pg_dsn, "slot": "s", "startLsn": "0/10", "maxBytesPerTrigger": "100"})
+    reader = PostgresStreamReader(
+        {"dsn": pg_dsn, "slot": "s", "startLsn": "0/10", "maxBytesPerTrigger": "100"}
+    )
     assert reader.initialOffset() == {"lsn": 16}
     assert reader.latestOffset({"lsn": 16}, reader.getDefaultReadLimit()) == {"lsn": 116}
     import pickle

@@ -156,9 +156,11 @@ def batch_upper(after_lsn: int, latest_lsn: int, max_bytes: int | None) -> int:
 
 # -- reading the slot -------------------------------------------------------------
 
-_COPY_SIGNATURE = b"PGCOPY\n\xff\r\n\x00"
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+_COMMIT = struct.Struct(">bqqq")
 
 
 def peek_messages(
@@ -167,68 +169,36 @@ def peek_messages(
     """The pgoutput (protocol 1) messages of the slot's transactions whose commit starts
     below ``upto_lsn``, from the slot's confirmed position on, without consuming them.
 
-    Streams ``pg_logical_slot_peek_binary_changes`` through ``COPY ... (FORMAT
-    binary)``. Errors on the slot become one-line StateErrors (invalidated, missing, in
-    use); a lost connection a StorageError.
+    Runs ``pg_logical_slot_peek_binary_changes`` through a server-side cursor, fetching
+    ``_FETCH`` messages per round trip (measured faster than ``COPY ... (FORMAT
+    binary)``: psycopg hands out one COPY message per call), in a transaction of its
+    own on ``conn``. Errors on the slot become one-line StateErrors (invalidated,
+    missing, in use); a lost connection a StorageError.
     """
     pub = sql.Identifier(publication).as_string(conn)  # publication_names are identifiers
     query = sql.SQL(
-        "COPY (SELECT data FROM pg_logical_slot_peek_binary_changes({}, {}::pg_lsn, NULL, "
-        "'proto_version', '1', 'publication_names', {})) TO STDOUT (FORMAT binary)"
+        "SELECT data FROM pg_logical_slot_peek_binary_changes({}, {}::pg_lsn, NULL, "
+        "'proto_version', '1', 'publication_names', {})"
     ).format(sql.Literal(slot), sql.Literal(format_lsn(upto_lsn)), sql.Literal(pub))
     try:
-        with conn.cursor() as cur, cur.copy(query) as copy:
-            yield from _copy_binary_rows(copy)
-    except psycopg.OperationalError as e:
+        with conn.transaction(), conn.cursor(name="deltamv_peek", binary=True) as cur:
+            cur.execute(query)
+            while rows := cur.fetchmany(_FETCH):
+                for (data,) in rows:
+                    yield data
+    except psycopg.Error as e:
         known = slot_error(slot, e)
         if known is not None:
             raise known from None
-        if conn.closed or conn.broken:
+        if isinstance(e, psycopg.OperationalError) and (conn.closed or conn.broken):
             raise StorageError(
                 f"lost the connection to PostgreSQL at {describe_dsn(conn.info.dsn)} while "
                 f"reading slot {slot}: {' '.join(str(e).split())}"
             ) from None
         raise
-    except psycopg.Error as e:
-        known = slot_error(slot, e)
-        if known is not None:
-            raise known from None
-        raise
 
 
-def _copy_binary_rows(copy: psycopg.Copy) -> Iterator[bytes]:
-    """The single field of each row of a ``COPY ... (FORMAT binary)`` stream."""
-    buf = bytearray()
-    pos = 0
-    header = False
-    done = False
-    for chunk in copy:  # read to the end, even past the trailer: psycopg expects it
-        if done:
-            continue
-        buf += chunk
-        if not header:
-            if len(buf) < 19:
-                continue
-            if bytes(buf[:11]) != _COPY_SIGNATURE:
-                raise StateError("unexpected COPY binary header from PostgreSQL")
-            (ext,) = _I32.unpack_from(buf, 15)
-            pos = 19 + ext
-            header = True
-        end = len(buf)
-        while end - pos >= 2:
-            (fields,) = _I16.unpack_from(buf, pos)
-            if fields == -1:
-                done = True
-                break
-            if end - pos < 6:
-                break
-            (length,) = _I32.unpack_from(buf, pos + 2)
-            if end - pos < 6 + length:
-                break
-            yield bytes(buf[pos + 6 : pos + 6 + length])
-            pos += 6 + length
-        del buf[:pos]
-        pos = 0
+_FETCH = 10_000
 
 
 def transactions(
@@ -314,6 +284,46 @@ class _Table:
         if len(self.seq) >= self.chunk_rows:
             self.flush()
 
+    def append(self, data: bytes, pos: int, seq: int) -> None:
+        """A PUT of the TupleData at ``data[pos:]``, read straight into the columns
+        (the hot path: inserts, and updates that carry no old row)."""
+        (count,) = _I16.unpack_from(data, pos)
+        pos += 2
+        if count != self.width:
+            raise StateError(
+                f"a change of {self.table.qualified} has {count} columns, the job's "
+                f"{self.width}; nothing of this batch is committed"
+            )
+        columns = self.values
+        unchanged = ""
+        for i in range(count):
+            kind = data[pos]
+            if kind == 0x74:  # 't'
+                (length,) = _I32.unpack_from(data, pos + 1)
+                pos += 5
+                columns[i].append(data[pos : pos + length])
+                pos += length
+                continue
+            pos += 1
+            columns[i].append(None)
+            if kind == 0x75:  # 'u': unchanged TOAST
+                if i in self.pk_index:
+                    raise StateError(
+                        f"a change of {self.table.qualified} does not carry its primary "
+                        "key; nothing of this batch is committed"
+                    )
+                unchanged = f"{unchanged},{i}" if unchanged else str(i)
+            elif kind != 0x6E:  # 'n'
+                raise StateError(
+                    f"unexpected column kind {kind!r} in a change of {self.table.qualified}"
+                )
+        self.seq.append(seq)
+        self.op.append(PUT)
+        self.unch.append(unchanged)
+        self.src.append(-1)
+        if len(self.seq) >= self.chunk_rows:
+            self.flush()
+
     def truncate(self) -> None:
         self.truncated = True
         self.chunks.clear()
@@ -354,16 +364,20 @@ class _Table:
             return TableChanges(self.truncated, schema.empty_table())
         events = pa.Table.from_batches(self.chunks)
         self.chunks = []
-        last = events.group_by("_key", use_threads=False).aggregate([("_seq", "max")])
-        final = events.filter(pc.is_in(events["_seq"], value_set=last["_seq_max"]))
-        final = final.sort_by("_seq")
+        if pc.count_distinct(events["_key"]).as_py() == events.num_rows:
+            final = events  # every key once: nothing to collapse (a big update, a load)
+        else:  # the last change per key; filter keeps commit order
+            last = events.group_by("_key", use_threads=False).aggregate([("_seq", "max")])
+            final = events.filter(pc.is_in(events["_seq"], value_set=last["_seq_max"]))
         final, prev_keys = self._fill_unchanged(events, final)
+        del events
         names = [c.name for c in table.pg_columns]
         columns = []
         for col in table.schema.columns:
             i = names.index(col.name)
             raw = final[f"c{i}"].combine_chunks()
             columns.append(typed_column(raw, table.pg_columns[i], col, table))
+            final = final.drop_columns([f"c{i}"])  # free the text as soon as it is typed
         ops = _OPS.take(final["_op"].combine_chunks().cast(pa.int32()))
         unchanged = _unchanged_lists(final["_unch"].combine_chunks(), names)
         rows = pa.Table.from_arrays(
@@ -525,7 +539,7 @@ def read_changes(
         if kind in (0x49, 0x55, 0x44):  # Insert, Update, Delete
             if not include:
                 continue
-            (relid,) = struct.unpack_from(">I", data, 1)
+            (relid,) = _U32.unpack_from(data, 1)
             acc = accs.get(relid)
             if acc is None:
                 if relid in foreign:
@@ -535,10 +549,9 @@ def read_changes(
                 raise StateError(acc.problem)
             changes += 1
             touched.add(relid)
-            if kind == 0x49:
-                new, _ = decode_tuple(data, 6)
+            if kind == 0x49 or data[5] == 0x4E:  # an insert, or an update without old row
                 seq += 1
-                acc.add(seq, PUT, new)
+                acc.append(data, 6, seq)
             elif kind == 0x44:
                 old, _ = decode_tuple(data, 6)
                 seq += 1
@@ -546,11 +559,11 @@ def read_changes(
             else:
                 seq = _update(acc, data, seq)
         elif kind == 0x42:  # Begin
-            (final_lsn,) = struct.unpack_from(">q", data, 1)
+            (final_lsn,) = _I64.unpack_from(data, 1)
             include = after_lsn <= final_lsn < upto_lsn
         elif kind == 0x43:  # Commit
             if include:
-                _, commit_lsn, end_lsn, commit_time = struct.unpack_from(">bqqq", data, 1)
+                _, commit_lsn, end_lsn, commit_time = _COMMIT.unpack_from(data, 1)
                 txns += 1
                 last_lsn, last_end = commit_lsn, end_lsn
                 last_time = pg_time_to_unix_us(commit_time)
