@@ -93,6 +93,10 @@ def test_pg_table_names() -> None:
             "column public.t.g is a generated column",
         ),
         ("CREATE VIEW t AS SELECT 1 AS id", "public.t is a view, not a table"),
+        (
+            "CREATE TABLE t (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+            "public.t is a partitioned table: logical replication does not send a TRUNCATE",
+        ),
         ("SELECT 1", "table public.t does not exist in database t_"),
     ],
 )

@@ -5,7 +5,9 @@ as a deltamv :class:`~deltamv.schema.TableSchema`, its primary key, replica iden
 and OID. Everything deltamv cannot read soundly is refused with a one-line
 :class:`~deltamv.errors.ConfigError` naming the table (key ``tables.<name>``):
 
-- a missing table, or one that is not a table (a view, a foreign table);
+- a missing table, or one that is not a table (a view, a foreign table), or a
+  partitioned table (PostgreSQL does not send a TRUNCATE, DETACH or DROP of a single
+  partition: its partitions can be read as tables);
 - a table without a primary key; a DEFERRABLE primary key (a transaction could hold
   two rows with one key, and rows are matched by key);
 - REPLICA IDENTITY NOTHING (PostgreSQL would not send deletes), or USING INDEX on
@@ -113,7 +115,6 @@ class PgTable:
     primary_key: tuple[str, ...]
     replica_identity: ReplicaIdentity
     pg_columns: tuple[PgColumn, ...]
-    partitioned: bool = False
 
     @property
     def qualified(self) -> str:
@@ -242,7 +243,14 @@ def _read_table(
             db = conn.info.dbname
             raise ConfigError(key, f"table {qualified} does not exist in database {db}")
         oid, relkind, replident, namespace, relname = row
-        if relkind not in ("r", "p"):
+        if relkind == "p":
+            raise ConfigError(
+                key,
+                f"{qualified} is a partitioned table: logical replication does not send a "
+                "TRUNCATE, DETACH or DROP of one partition, so its copy could silently "
+                "diverge; read its partitions as tables instead",
+            )
+        if relkind != "r":
             what = _RELKINDS.get(relkind, f"of relkind {relkind!r}")
             raise ConfigError(key, f"{qualified} is {what}, not a table")
         columns = cur.execute(_COLUMNS_SQL, [oid]).fetchall()
@@ -303,7 +311,6 @@ def _read_table(
         primary_key=pk,
         replica_identity=replident,
         pg_columns=tuple(pg_columns),
-        partitioned=relkind == "p",
     )
 
 

@@ -248,23 +248,22 @@ def ensure_publication(
 ) -> bool:
     """Create ``publication`` ``FOR TABLE`` the tables if it is missing (True), or check
     that the existing one sends everything deltamv needs of them (False): inserts,
-    updates, deletes and truncates of every table, no row filter, every column, and
-    partitioned tables through their root. One-line ConfigError (key
-    ``source.publication``) otherwise."""
+    updates, deletes and truncates of every table, no row filter, every column.
+    One-line ConfigError (key ``source.publication``) otherwise."""
     key = "source.publication"
     row = conn.execute(
-        """SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate,
-                  coalesce((to_jsonb(p) ->> 'pubviaroot')::bool, false)
-           FROM pg_publication p WHERE pubname = %s""",
+        """SELECT pubinsert AND pubupdate AND pubdelete AND pubtruncate
+           FROM pg_publication WHERE pubname = %s""",
         [publication],
     ).fetchone()
     if row is None:
-        targets = sql.SQL(", ").join(sql.Identifier(t.namespace, t.relname) for t in tables)
+        # ONLY: a table's inheritance children are not the table (the copy reads ONLY too)
+        targets = sql.SQL(", ").join(
+            sql.SQL("ONLY {}").format(sql.Identifier(t.namespace, t.relname)) for t in tables
+        )
         command = sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(
             sql.Identifier(publication), targets
         )
-        if any(t.partitioned for t in tables):
-            command = sql.SQL("{} WITH (publish_via_partition_root = true)").format(command)
         try:
             conn.execute(command)
         except psycopg.Error as e:
@@ -274,18 +273,11 @@ def ensure_publication(
         if not conn.autocommit:
             conn.commit()
         return True
-    all_actions, via_root = row
-    if not all_actions:
+    if not row[0]:
         raise ConfigError(
             key,
             f"publication {publication} does not publish every insert, update, delete "
             "and truncate (publish = 'insert, update, delete, truncate' is needed)",
-        )
-    if any(t.partitioned for t in tables) and not via_root:
-        raise ConfigError(
-            key,
-            f"publication {publication} must publish partitioned tables through their "
-            "root (publish_via_partition_root = true)",
         )
     extra = ", attnames, rowfilter" if conn.info.server_version >= 150000 else ""
     published = {

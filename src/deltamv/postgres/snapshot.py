@@ -92,7 +92,8 @@ def copy_table(
     timestamp infinity) raises a one-line ConfigError naming its column.
     """
     names = table.schema.names
-    query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT (FORMAT csv)").format(
+    # ONLY: inheritance children are other tables (the publication names ONLY too)
+    query = sql.SQL("COPY (SELECT {} FROM ONLY {}) TO STDOUT (FORMAT csv)").format(
         sql.SQL(", ").join(sql.Identifier(n) for n in names),
         sql.Identifier(table.namespace, table.relname),
     )
