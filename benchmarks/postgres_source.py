@@ -166,7 +166,10 @@ def main() -> None:
               f"(+{(mem.peak - mem.base) / 2**20:.0f} MB; ru_maxrss before {before / 1024:.0f} MB) "
               f"(load {load()})")  # fmt: skip
         del batch
-        conn.execute("SELECT pg_replication_slot_advance('bench', %s::pg_lsn)", [format_lsn(end)])
+        advance = "SELECT pg_replication_slot_advance('bench', %s::pg_lsn)"
+        _, secs = timed(lambda: conn.execute(advance, [format_lsn(end)]))
+        results["advance"] = {"seconds": secs, "load": load()}
+        print(f"pg_replication_slot_advance over it (the server decodes it again): {secs:.1f} s")
 
         # 3. pgbench's TPC-B-like transactions from 4 clients
         out = subprocess.run([pgbench, "-n", "-c", "4", "-j", "2", "-T", str(args.seconds), "postgres"],
