@@ -213,6 +213,7 @@ def test_column_change_stops_the_batch(pg: psycopg.Connection, pg_dsn: str) -> N
     assert read(pg, tables, begin, upto=middle).transactions == 1  # before it: fine
     with pytest.raises(StateError) as err:
         read(pg, tables, begin)
+    assert pg.info.transaction_status == psycopg.pq.TransactionStatus.IDLE  # peek ended
     assert str(err.value) == (
         "columns of public.accounts changed while the job runs: added extra integer; "
         "nothing of this batch is committed (restart the job from a new snapshot to take "

@@ -38,7 +38,8 @@ Memory
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,7 +166,7 @@ _COMMIT = struct.Struct(">bqqq")
 
 def peek_messages(
     conn: psycopg.Connection[Any], slot: str, publication: str, upto_lsn: int
-) -> Iterator[bytes]:
+) -> Generator[bytes, None, None]:
     """The pgoutput (protocol 1) messages of the slot's transactions whose commit starts
     below ``upto_lsn``, from the slot's confirmed position on, without consuming them.
 
@@ -207,20 +208,21 @@ def transactions(
     """The slot's transactions with ``after_lsn <= commit_lsn < upto_lsn`` (read only)."""
     begin: tuple[int, int, int] | None = None
     count = 0
-    for data in peek_messages(conn, slot, publication, upto_lsn):
-        kind = data[0]
-        if kind == 0x42:  # Begin
-            final_lsn, commit_time, xid = struct.unpack_from(">qqI", data, 1)
-            begin = (final_lsn, commit_time, xid) if after_lsn <= final_lsn < upto_lsn else None
-            count = 0
-        elif kind in (0x49, 0x55, 0x44, 0x54):
-            count += 1
-        elif kind == 0x43 and begin is not None:  # Commit
-            _, commit_lsn, end_lsn, commit_time = struct.unpack_from(">bqqq", data, 1)
-            yield TransactionInfo(
-                commit_lsn, end_lsn, pg_time_to_unix_us(commit_time), begin[2], count
-            )
-            begin = None
+    with closing(peek_messages(conn, slot, publication, upto_lsn)) as messages:
+        for data in messages:
+            kind = data[0]
+            if kind == 0x42:  # Begin
+                final_lsn, commit_time, xid = struct.unpack_from(">qqI", data, 1)
+                begin = (final_lsn, commit_time, xid) if after_lsn <= final_lsn < upto_lsn else None
+                count = 0
+            elif kind in (0x49, 0x55, 0x44, 0x54):
+                count += 1
+            elif kind == 0x43 and begin is not None:  # Commit
+                _, commit_lsn, end_lsn, commit_time = struct.unpack_from(">bqqq", data, 1)
+                yield TransactionInfo(
+                    commit_lsn, end_lsn, pg_time_to_unix_us(commit_time), begin[2], count
+                )
+                begin = None
 
 
 # -- net changes ------------------------------------------------------------------
@@ -534,64 +536,66 @@ def read_changes(
     last_lsn = last_end = last_time = last_tso = None
     tso = previous_tso
     touched: set[int] = set()
-    for data in peek_messages(conn, slot, publication, upto_lsn):
-        kind = data[0]
-        if kind in (0x49, 0x55, 0x44):  # Insert, Update, Delete
-            if not include:
-                continue
-            (relid,) = _U32.unpack_from(data, 1)
-            acc = accs.get(relid)
-            if acc is None:
-                if relid in foreign:
-                    raise StateError(foreign[relid])
-                continue
-            if acc.problem:
-                raise StateError(acc.problem)
-            changes += 1
-            touched.add(relid)
-            if kind == 0x49 or data[5] == 0x4E:  # an insert, or an update without old row
-                seq += 1
-                acc.append(data, 6, seq)
-            elif kind == 0x44:
-                old, _ = decode_tuple(data, 6)
-                seq += 1
-                acc.add(seq, DELETE, _key_only(acc, old))
-            else:
-                seq = _update(acc, data, seq)
-        elif kind == 0x42:  # Begin
-            (final_lsn,) = _I64.unpack_from(data, 1)
-            include = after_lsn <= final_lsn < upto_lsn
-        elif kind == 0x43:  # Commit
-            if include:
-                _, commit_lsn, end_lsn, commit_time = _COMMIT.unpack_from(data, 1)
-                txns += 1
-                last_lsn, last_end = commit_lsn, end_lsn
-                last_time = pg_time_to_unix_us(commit_time)
-                tso = commit_tso(last_time, tso)
-                last_tso = tso
-            include = False
-        elif kind == 0x52:  # Relation: applies from here on, included transaction or not
-            rel = decode(data)
-            assert isinstance(rel, Relation)
-            if rel.relid in accs:
-                accs[rel.relid].relation(rel)
-            elif (rel.namespace or "pg_catalog", rel.name) in names:
-                t = names[(rel.namespace or "pg_catalog", rel.name)]
-                foreign[rel.relid] = (
-                    f"table {t.qualified} was dropped and created again while the job runs "
-                    f"(OID {rel.relid}, the job's is {t.oid}); nothing of this batch is committed"
-                )
-        elif kind == 0x54:  # Truncate
-            if not include:
-                continue
-            msg = decode(data)
-            assert isinstance(msg, Truncate)
-            for relid in msg.relids:
-                if relid in accs:
-                    changes += 1
-                    touched.add(relid)
-                    accs[relid].truncate()
-        # Origin and Type messages carry nothing deltamv uses.
+    # closing(): an error stops the read at once, and ends the peek's transaction with it
+    with closing(peek_messages(conn, slot, publication, upto_lsn)) as messages:
+        for data in messages:
+            kind = data[0]
+            if kind in (0x49, 0x55, 0x44):  # Insert, Update, Delete
+                if not include:
+                    continue
+                (relid,) = _U32.unpack_from(data, 1)
+                acc = accs.get(relid)
+                if acc is None:
+                    if relid in foreign:
+                        raise StateError(foreign[relid])
+                    continue
+                if acc.problem:
+                    raise StateError(acc.problem)
+                changes += 1
+                touched.add(relid)
+                if kind == 0x49 or data[5] == 0x4E:  # an insert, or an update without old row
+                    seq += 1
+                    acc.append(data, 6, seq)
+                elif kind == 0x44:
+                    old, _ = decode_tuple(data, 6)
+                    seq += 1
+                    acc.add(seq, DELETE, _key_only(acc, old))
+                else:
+                    seq = _update(acc, data, seq)
+            elif kind == 0x42:  # Begin
+                (final_lsn,) = _I64.unpack_from(data, 1)
+                include = after_lsn <= final_lsn < upto_lsn
+            elif kind == 0x43:  # Commit
+                if include:
+                    _, commit_lsn, end_lsn, commit_time = _COMMIT.unpack_from(data, 1)
+                    txns += 1
+                    last_lsn, last_end = commit_lsn, end_lsn
+                    last_time = pg_time_to_unix_us(commit_time)
+                    tso = commit_tso(last_time, tso)
+                    last_tso = tso
+                include = False
+            elif kind == 0x52:  # Relation: applies from here on, included transaction or not
+                rel = decode(data)
+                assert isinstance(rel, Relation)
+                if rel.relid in accs:
+                    accs[rel.relid].relation(rel)
+                elif (rel.namespace or "pg_catalog", rel.name) in names:
+                    t = names[(rel.namespace or "pg_catalog", rel.name)]
+                    foreign[rel.relid] = (
+                        f"table {t.qualified} was dropped and created again while the job runs "
+                        f"(OID {rel.relid}, the job's is {t.oid}); nothing of this batch is committed"
+                    )
+            elif kind == 0x54:  # Truncate
+                if not include:
+                    continue
+                msg = decode(data)
+                assert isinstance(msg, Truncate)
+                for relid in msg.relids:
+                    if relid in accs:
+                        changes += 1
+                        touched.add(relid)
+                        accs[relid].truncate()
+            # Origin and Type messages carry nothing deltamv uses.
     if txns == 0:
         return empty
     out = {accs[r].table.name: accs[r].result() for r in sorted(touched)}
