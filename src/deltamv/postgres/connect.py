@@ -106,18 +106,23 @@ def connect(
         extra["application_name"] = "deltamv"
     if replication:
         extra["replication"] = "database"
-    deadline = time.monotonic() + timeout_s
+    began = time.monotonic()
+    slept = 0.0  # counted apart from the clock, so an injected ``sleep`` keeps the bound
+
+    def left() -> float:
+        return timeout_s - max(time.monotonic() - began, slept)
+
     delay = 0.5
     attempt = 1
     while True:
-        remaining = deadline - time.monotonic()
+        remaining = left()
         if "connect_timeout" not in given:
             extra["connect_timeout"] = max(2, min(10, int(remaining) + 1))
         try:
             conn = psycopg.connect(dsn, autocommit=autocommit or replication, **extra)
         except psycopg.OperationalError as e:
             reason = _one_line(e, dsn)
-            remaining = deadline - time.monotonic()
+            remaining = left()
             if _permanent(e) or remaining <= 0:
                 raise StorageError(f"cannot reach PostgreSQL at {where}: {reason}") from None
             wait = min(delay, remaining)
@@ -126,6 +131,7 @@ def connect(
                 where, attempt, reason, wait,
             )  # fmt: skip
             sleep(wait)
+            slept += wait
             delay = min(delay * 2, 8.0)
             attempt += 1
             continue
