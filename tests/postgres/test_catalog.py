@@ -157,3 +157,21 @@ def test_unconstrained_numeric_accepted_when_declared(pg: psycopg.Connection) ->
         read_catalog(
             pg, [("t", None)], declared={"t": (TableSchema.from_ddl("id INT, n STRING"), None)}
         )
+
+
+def test_unreadable_table_and_no_replication_right(pg: psycopg.Connection, pg_dsn: str) -> None:
+    from deltamv.errors import StateError, StorageError
+    from deltamv.postgres import connect, create_slot
+
+    pg.execute("CREATE TABLE t (id int PRIMARY KEY); CREATE ROLE reader LOGIN")
+    dsn = pg_dsn.replace("user=postgres", "user=reader")
+    with connect(dsn) as conn, pytest.raises(ConfigError) as err:
+        read_catalog(conn, [("t", None)])
+    assert str(err.value) == "tables.t: user reader may not read table public.t (GRANT SELECT)"
+    with pytest.raises(StorageError) as slot_err, create_slot(dsn, "s", timeout_s=30):
+        pass  # no REPLICATION attribute: refused at once, not retried for 30 s
+    assert "must be superuser or replication role" in str(slot_err.value)
+    pg.execute("ALTER ROLE reader REPLICATION")
+    with pytest.raises(StateError) as full, create_slot(dsn, "bad name"):
+        pass
+    assert str(full.value).startswith("cannot create replication slot bad name: ")

@@ -5,7 +5,7 @@ as a deltamv :class:`~deltamv.schema.TableSchema`, its primary key, replica iden
 and OID. Everything deltamv cannot read soundly is refused with a one-line
 :class:`~deltamv.errors.ConfigError` naming the table (key ``tables.<name>``):
 
-- a missing table, or one that is not a table (a view, a foreign table), or a
+- a missing or unreadable table, or one that is not a table (a view, a foreign table), or a
   partitioned table (PostgreSQL does not send a TRUNCATE, DETACH or DROP of a single
   partition: its partitions can be read as tables);
 - a table without a primary key; a DEFERRABLE primary key (a transaction could hold
@@ -179,7 +179,8 @@ def _split_identifier(text: str) -> list[str] | None:
 
 
 _TABLE_SQL = """
-SELECT c.oid::int8, c.relkind::text, c.relreplident::text, n.nspname::text, c.relname::text
+SELECT c.oid::int8, c.relkind::text, c.relreplident::text, n.nspname::text, c.relname::text,
+       has_table_privilege(c.oid, 'SELECT')
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = %s
 """
@@ -242,7 +243,7 @@ def _read_table(
         if row is None:
             db = conn.info.dbname
             raise ConfigError(key, f"table {qualified} does not exist in database {db}")
-        oid, relkind, replident, namespace, relname = row
+        oid, relkind, replident, namespace, relname, readable = row
         if relkind == "p":
             raise ConfigError(
                 key,
@@ -253,6 +254,10 @@ def _read_table(
         if relkind != "r":
             what = _RELKINDS.get(relkind, f"of relkind {relkind!r}")
             raise ConfigError(key, f"{qualified} is {what}, not a table")
+        if not readable:
+            raise ConfigError(
+                key, f"user {conn.info.user} may not read table {qualified} (GRANT SELECT)"
+            )
         columns = cur.execute(_COLUMNS_SQL, [oid]).fetchall()
         indexes = cur.execute(_INDEX_SQL, [oid]).fetchall()
     pg_columns: list[PgColumn] = []

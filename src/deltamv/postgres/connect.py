@@ -30,7 +30,8 @@ SESSION_SETTINGS: dict[str, str] = {
 # by pg_hba.conf, no permission to connect.
 _PERMANENT = {"28000", "28P01", "3D000", "42501"}
 _PERMANENT_TEXT = (
-    "password authentication failed",
+    "authentication failed",
+    "must be superuser or replication role",
     "no pg_hba.conf entry",
     "does not exist",
     "permission denied",

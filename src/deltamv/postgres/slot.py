@@ -216,6 +216,10 @@ def create_slot(dsn: str, slot: str, *, timeout_s: float = 60.0) -> Iterator[Exp
                 f"replication slot {slot} already exists; a job starting from a snapshot "
                 "needs a new one (drop the old slot first)"
             ) from None
+        except psycopg.Error as e:  # no REPLICATION attribute, no free slot, wal_level
+            raise StateError(
+                f"cannot create replication slot {slot}: {' '.join(str(e).split())}"
+            ) from None
         assert row is not None
         _, consistent, snapshot_name, _ = row
         yield ExportedSnapshot(slot, str(snapshot_name), parse_lsn(str(consistent)))
