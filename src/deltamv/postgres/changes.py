@@ -401,14 +401,20 @@ class _Table:
             return final, pc.if_else(has_unch, final["_key"], pa.scalar(None, pa.string()))
         # Otherwise walk those rows' changes (and their earlier keys') in commit order.
         key_set = set(keys.to_pylist())
-        seq_key = dict(zip(events["_seq"].to_pylist(), events["_key"].to_pylist(), strict=True))
+        seq_key: dict[int, str] = {}  # the key of each move's old-key DELETE, by seq
         while True:
             involved = events.filter(pc.is_in(events["_key"], value_set=pa.array(sorted(key_set))))
-            sources = {seq_key[s] for s in involved["_src"].to_pylist() if s != -1}
+            referenced = {s for s in involved["_src"].to_pylist() if s != -1}
+            missing = pa.array(sorted(referenced - seq_key.keys()), pa.int64())
+            if len(missing):
+                found = events.filter(pc.is_in(events["_seq"], value_set=missing))
+                seq_key.update(
+                    zip(found["_seq"].to_pylist(), found["_key"].to_pylist(), strict=True)
+                )
+            sources = {seq_key[s] for s in referenced}
             if sources <= key_set:
                 break
             key_set |= sources
-        referenced = {s for s in involved["_src"].to_pylist() if s != -1}
         states: dict[str, tuple[list[bytes | None], set[int], str] | None] = {}
         before_delete: dict[int, tuple[list[bytes | None], set[int], str] | None] = {}
         width = self.width
