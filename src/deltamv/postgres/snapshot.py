@@ -89,7 +89,8 @@ def copy_table(
     Run it inside :func:`snapshot_transaction`; it reads whatever snapshot the current
     transaction has. Values are exact: numeric to Decimal, timestamps to UTC
     microseconds, bytea to bytes. A value with no deltamv equivalent (numeric NaN,
-    timestamp infinity) raises a one-line ConfigError naming its column.
+    timestamp infinity) raises a one-line ConfigError naming its column. Closing the
+    iterator before its end cancels the COPY, which aborts the transaction.
     """
     names = table.schema.names
     # ONLY: inheritance children are other tables (the publication names ONLY too)
