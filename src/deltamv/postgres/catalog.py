@@ -435,8 +435,3 @@ def _incompatible(pg: PgColumn, col: Column) -> str | None:
         valid = " or ".join(k.upper() for k in allowed)
         return f"it reads into {valid}"
     return None
-
-
-def columns_by_name(table: PgTable) -> Mapping[str, int]:
-    """Position of each PostgreSQL column by name (in ``pg_columns`` order)."""
-    return {c.name: i for i, c in enumerate(table.pg_columns)}
