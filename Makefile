@@ -8,7 +8,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON ?= $(abspath $(PY))
 
-.PHONY: help setup java test test-slow check lint format demo bench kill-test soak clean
+.PHONY: help setup java postgres test test-slow check lint format demo bench kill-test soak clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 14
@@ -22,7 +22,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,plot,read,dev]'
 	touch $(STAMP)
 
-setup: java $(STAMP)  ## create .venv and install deltamv with its test tools
+postgres:  ## make sure PostgreSQL server binaries exist (installs postgresql-15 with apt when missing)
+	@bash scripts/ensure-postgres.sh
+
+setup: java postgres $(STAMP)  ## create .venv and install deltamv with its test tools
 
 test: setup  ## run the default test suite (under 15 minutes on 2 cores)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+import logging
+import tempfile
+
+import pytest
+
+from deltamv import tso
+from deltamv.errors import StorageError
+from deltamv.postgres import commit_tso, connect, describe_dsn, format_lsn, parse_lsn
+
+
+def test_unreachable_server_gives_up_with_one_line_and_no_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    folder = tempfile.mkdtemp(prefix="deltamv-nopg-")
+    dsn = f"host={folder} port=5999 dbname=bank user=deltamv password=s3cret-pw"
+    waits: list[float] = []
+    with (
+        caplog.at_level(logging.WARNING, logger="deltamv.postgres"),
+        pytest.raises(StorageError) as err,
+    ):
+        connect(dsn, timeout_s=4.0, sleep=waits.append)
+    text = str(err.value)
+    assert text.startswith(
+        f"cannot reach PostgreSQL at host={folder} port=5999 dbname=bank user=deltamv: "
+    )
+    assert "\n" not in text and "s3cret" not in text
+    assert waits == [0.5, 1.0, 2.0, 0.5]  # exponential backoff, 4 s in all
+    retries = [r for r in caplog.records if r.name == "deltamv.postgres"]
+    assert len(retries) == len(waits) >= 1
+    assert all("s3cret" not in r.getMessage() for r in retries)
+    assert "retrying in 0.5 s" in retries[0].getMessage()
+
+
+def test_bounded_total_time() -> None:
+    folder = tempfile.mkdtemp(prefix="deltamv-nopg-")
+    import time
+
+    began = time.monotonic()
+    with pytest.raises(StorageError):
+        connect(f"host={folder} port=5999 dbname=x", timeout_s=1.2)
+    assert time.monotonic() - began < 5
+
+
+def test_wrong_database_fails_at_once(pg_server) -> None:  # type: ignore[no-untyped-def]
+    waits: list[float] = []
+    with pytest.raises(StorageError, match="does not exist"):
+        connect(pg_server.dsn("no_such_db"), timeout_s=30, sleep=waits.append)
+    assert waits == []
+
+
+def test_describe_dsn_hides_secrets() -> None:
+    dsn = "host=db.example port=5432 dbname=bank user=me password=pw sslkey=/k options='-c x=y'"
+    assert describe_dsn(dsn) == "host=db.example port=5432 dbname=bank user=me"
+    assert (
+        describe_dsn("postgresql://me:pw@db:5433/bank") == "host=db port=5433 dbname=bank user=me"
+    )
+    assert "pw" not in describe_dsn("not a dsn password=pw")
+
+
+def test_lsn_text() -> None:
+    assert parse_lsn("16/B374D848") == (0x16 << 32) | 0xB374D848
+    assert format_lsn(parse_lsn("16/B374D848")) == "16/B374D848"
+    assert format_lsn(0) == "0/0"
+    for bad in ("16B374D848", "x/1", "", "1/123456789"):
+        with pytest.raises(ValueError, match="not a PostgreSQL LSN"):
+            parse_lsn(bad)
+
+
+def test_commit_tso_strictly_increases_and_follows_the_clock() -> None:
+    t0 = 1_700_000_000_000_000  # µs
+    a = commit_tso(t0, 0)
+    assert a == tso.compose(t0 // 1000, 0)
+    b = commit_tso(t0 + 400, a)  # same millisecond
+    assert b == a + 1
+    c = commit_tso(t0 - 5_000_000, b)  # the clock stepped back
+    assert c == b + 1
+    d = commit_tso(t0 + 10_000, c)
+    assert tso.physical_ms(d) == t0 // 1000 + 10 and tso.logical(d) == 0
+    full = tso.compose(5, tso.LOGICAL_MASK)
+    assert commit_tso(0, full) == tso.compose(6, 0)  # logical overflow carries
