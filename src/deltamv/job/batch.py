@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,11 +35,10 @@ from deltamv.delta import read_spark
 from deltamv.delta.commit import WATERMARK_KEY
 from deltamv.delta.sink import Delta, NoChange, Replace, TableSink
 from deltamv.errors import StateError
-from deltamv.job.changelog import ChangelogUpstream
 from deltamv.job.targets import Target
+from deltamv.job.upstream import Upstream
 from deltamv.job.views import ViewSet
-from deltamv.pipeline.ingest import EventGroup, IngestResult, ingest
-from deltamv.pipeline.ledger import SegmentLedger
+from deltamv.pipeline.ingest import IngestResult
 from deltamv.state.keyed import KEY, Mirror
 from deltamv.state.store import StateStore
 from deltamv.views.ivm import Batch
@@ -97,8 +96,7 @@ class BatchRunner:
         spark: SparkSession,
         store: StateStore,
         compute: Compute,
-        ledger: SegmentLedger,
-        upstream: ChangelogUpstream,
+        upstream: Upstream,
         views: ViewSet,
         mirrors: Mapping[str, Mirror],
         targets: Mapping[str, Target],
@@ -109,7 +107,6 @@ class BatchRunner:
         self.spark = spark
         self.store = store
         self.compute = compute
-        self.ledger = ledger
         self.upstream = upstream
         self.views = views
         self.mirrors = mirrors
@@ -149,34 +146,26 @@ class BatchRunner:
         )  # fmt: skip
         faults.point("after-finish")
         clock.lap("finish")
-        self.ledger.verify_some()
+        self.upstream.after_batch(batch)
         return BatchReport(batch, events, released, watermark, committed,
                            int((time.monotonic() - started) * 1000), clock.phases, written)  # fmt: skip
 
     def _ingest(self, batch: int, clock: _Clock) -> IngestResult:
-        segs = self.upstream.segments(batch)
-        clock.lap("read")
         with self.store.transaction():
-            result = ingest(self.store, self.compute, batch, self._groups(batch, segs.segments, clock),
-                            offsets=segs.offsets)  # fmt: skip
+            result = self.upstream.ingest(self.store, self.compute, batch, clock.lap)
             clock.lap("match")
             if result.watermark > result.previous_watermark:
-                self._maintain(batch, result.changes, clock)
+                self._maintain(batch, result, clock)
             faults.point("after-stage")
         faults.point("after-ingest")
         clock.lap("state")
         return result
 
-    def _groups(self, batch: int, segments: Any, clock: _Clock) -> Iterator[EventGroup]:
-        for group, records in self.upstream.groups(segments):
-            self.ledger.record(batch, records)
-            clock.lap("read")
-            yield group
-
-    def _maintain(self, batch: int, changes: Mapping[str, pa.Table], clock: _Clock) -> None:
+    def _maintain(self, batch: int, result: IngestResult, clock: _Clock) -> None:
         """Apply a batch's released changes to mirrors and views; stage every output."""
         table_changes: dict[str, TableChange] = {
-            t: table_change(self.compute, self.mirrors[t], rows) for t, rows in changes.items()
+            t: table_change(self.compute, self.mirrors[t], rows, truncate=t in result.truncated)
+            for t, rows in result.changes.items()
         }
         deltas = {t: c.delta for t, c in table_changes.items() if c.delta.num_rows}
         b = Batch(self.compute, self.mirrors, deltas)
@@ -233,6 +222,7 @@ class BatchRunner:
         if not entries:
             return written
         watermark = self._watermark_of(batch)
+        extra = self.upstream.commit_metadata(self.store, batch)
         position = {tid: i for i, tid in enumerate(self.targets)}  # the config's order
         ordered = sorted(
             entries.values(),
@@ -244,7 +234,7 @@ class BatchRunner:
             change = self._change(target, entry.kind, list(self.store.outbox.read(entry)))
             faults.point("before-commit")
             result = sink.commit(
-                batch + 1, change, metadata={WATERMARK_KEY: str(watermark)},
+                batch + 1, change, metadata={WATERMARK_KEY: str(watermark), **extra},
                 expected_version=self.store.committed_version(target.id),
             )  # fmt: skip
             faults.point("after-commit")
@@ -257,8 +247,8 @@ class BatchRunner:
         return written
 
     def _watermark_of(self, batch: int) -> int:
-        if batch < 0:
-            return self.store.start_ts
+        if batch < 0:  # the start: published before any batch moved the watermark
+            return self.store.progress().watermark
         record = self.store.batch_record(batch)
         if record is None:
             raise StateError(f"the job state has no record of batch {batch}, which it must publish")
@@ -322,7 +312,9 @@ class BatchRunner:
         if self.store.outbox.entries(-1):
             clock = _Clock()
             self._publish(-1, clock)
-            self.store.finish_batch(-1, committed_watermark=self.store.start_ts, duration_ms=0)
+            self.store.finish_batch(
+                -1, committed_watermark=self.store.progress().watermark, duration_ms=0
+            )
 
 
 def lag_text(watermark: int) -> str:

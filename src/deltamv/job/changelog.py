@@ -17,15 +17,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.changelog.batch import SegmentFingerprint, parse_segments
 from deltamv.changelog.segments import Segment, scan_region
+from deltamv.changelog.snapshot import iter_snapshot, read_snapshot_ts
 from deltamv.changelog.source import SOURCE_NAME, decode_offset, tables_option
+from deltamv.compute import Compute
 from deltamv.config import JobConfig
 from deltamv.errors import DeltaMVError, StateError
-from deltamv.pipeline.ingest import EventGroup
-from deltamv.state.store import SegmentRecord
+from deltamv.job.upstream import Lap
+from deltamv.pipeline.ingest import EventGroup, IngestResult, ingest
+from deltamv.pipeline.ledger import SegmentLedger
+from deltamv.state.store import SegmentRecord, StateStore
 
 __all__ = ["BatchSegments", "ChangelogUpstream"]
 
@@ -52,8 +57,53 @@ class ChangelogUpstream:
         self.offset_log = spark_checkpoint / "offsets"
         self.schemas = {n: t.schema for n, t in config.tables.items()}
         self.keys = {n: t.primary_key for n, t in config.tables.items()}
+        self.ledger: SegmentLedger | None = None
 
-    def stream(self, spark: SparkSession) -> DataFrame:
+    def start_ts(self) -> int:
+        return read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
+
+    def open(self, store: StateStore) -> None:
+        """Check every segment the job read is still as it was (before anything runs)."""
+        self.ledger = SegmentLedger(store)
+        self.ledger.verify_all()
+
+    def snapshot(self, store: StateStore) -> Iterator[tuple[str, pa.Table]] | None:
+        snapshot = self.config.snapshot
+        if snapshot is None:
+            return None
+
+        def rows() -> Iterator[tuple[str, pa.Table]]:
+            for name, table in self.config.tables.items():
+                for batch in iter_snapshot(snapshot, name, table.schema):
+                    yield name, pa.Table.from_batches([batch])
+
+        return rows()
+
+    def ingest(self, store: StateStore, compute: Compute, batch: int, lap: Lap) -> IngestResult:
+        segs = self.segments(batch)
+        lap("read")
+        ledger = self.ledger
+        assert ledger is not None, "open() first"
+
+        def groups() -> Iterator[EventGroup]:
+            for group, records in self.groups(segs.segments):
+                ledger.record(batch, records)
+                lap("read")
+                yield group
+
+        return ingest(store, compute, batch, groups(), offsets=segs.offsets)
+
+    def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
+        return {}
+
+    def after_batch(self, batch: int) -> None:
+        if self.ledger is not None:
+            self.ledger.verify_some()
+
+    def after_run(self, store: StateStore) -> None:
+        pass
+
+    def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
         return (
             spark.readStream.format(SOURCE_NAME)
             .option("path", self.config.changelog)

@@ -19,16 +19,14 @@ import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-import pyarrow as pa
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from deltamv import tso
-from deltamv.changelog.snapshot import read_snapshot_file, read_snapshot_ts, snapshot_files
 from deltamv.compute import Compute
 from deltamv.config import JobConfig
 from deltamv.delta.table import DeltaTableHandle
@@ -37,9 +35,9 @@ from deltamv.job.batch import BatchReport, BatchRunner
 from deltamv.job.changelog import ChangelogUpstream
 from deltamv.job.ownership import check_owners, check_tables
 from deltamv.job.targets import targets_of
+from deltamv.job.upstream import Upstream
 from deltamv.job.views import ViewSet
 from deltamv.maintenance import Maintenance
-from deltamv.pipeline.ledger import SegmentLedger
 from deltamv.state.keyed import Mirror
 from deltamv.state.store import STATE_FILE, StateStore
 from deltamv.views.sql import check_sql
@@ -77,23 +75,34 @@ class ViewJob:
         """
         self.reports = deque(maxlen=None if once else _RECENT_REPORTS)
         self.batches = 0
+        upstream = self._upstream()
         check_sql(self.spark, self.config)
         check_owners(self.config)
-        start_ts = read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
         with _lock(self.checkpoint, self.config.name):
             store = StateStore(
-                self.checkpoint / STATE_FILE, job=self.config.name, start_ts=start_ts
+                self.checkpoint / STATE_FILE, job=self.config.name, start_ts=upstream.start_ts()
             )
             compute = Compute(temp_dir=str(self.checkpoint / "tmp" / "compute"))
             try:
-                runner = self._open(store, compute)
-                snapshot = self._snapshot() if self.config.snapshot else None
-                runner.bootstrap(snapshot)
+                runner = self._open(store, compute, upstream)
+                fresh = not store.progress().bootstrapped
+                runner.bootstrap(upstream.snapshot(store) if fresh else None)
                 self._stream(runner, once=once)
+                upstream.after_run(store)
             finally:
                 compute.close()
                 store.close()
         return list(self.reports)
+
+    def _upstream(self) -> Upstream:
+        """The job's upstream; a PostgreSQL one fills in the tables from its catalog."""
+        if self.config.upstream.kind == "postgres":
+            from deltamv.job.postgres import PostgresUpstream
+
+            upstream = PostgresUpstream(self.config, self.checkpoint / "spark")
+            self.config = upstream.config
+            return upstream
+        return ChangelogUpstream(self.config, self.checkpoint / "spark")
 
     def request_stop(self) -> None:
         """Ask a running job to stop (from a signal handler): the query stops from
@@ -104,7 +113,7 @@ class ViewJob:
             threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
 
     # -- the start -------------------------------------------------------------------------
-    def _open(self, store: StateStore, compute: Compute) -> BatchRunner:
+    def _open(self, store: StateStore, compute: Compute, upstream: Any) -> BatchRunner:
         config = self.config
         mirrors = {
             name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
@@ -129,27 +138,19 @@ class ViewJob:
             )
             for tid, target in targets.items()
         }
-        ledger = SegmentLedger(store)
-        ledger.verify_all()
+        upstream.open(store)
         self.maintenance = Maintenance(
             config.maintenance, {tid: (handles[tid], t.internal) for tid, t in targets.items()}
         )
         scratch = self.checkpoint / "tmp"
         return BatchRunner(
-            config=config, spark=self.spark, store=store, compute=compute, ledger=ledger,
-            upstream=ChangelogUpstream(config, self.checkpoint / "spark"), views=views,
-            mirrors=mirrors, targets=targets, sinks=sinks, scratch=scratch,
+            config=config, spark=self.spark, store=store, compute=compute, upstream=upstream,
+            views=views, mirrors=mirrors, targets=targets, sinks=sinks, scratch=scratch,
         )  # fmt: skip
-
-    def _snapshot(self) -> Iterator[tuple[str, pa.Table]]:
-        assert self.config.snapshot is not None
-        for name, table in self.config.tables.items():
-            for path in snapshot_files(self.config.snapshot, name):
-                yield name, read_snapshot_file(path, table.schema)
 
     # -- streaming -------------------------------------------------------------------------
     def _stream(self, runner: BatchRunner, *, once: bool) -> None:
-        reader = runner.upstream.stream(self.spark)
+        reader = runner.upstream.stream(self.spark, runner.store)
         # Spark's callback server keeps the batch function after the query ends: it
         # reaches the run's state only through this holder, emptied when the run ends.
         holder = [runner]

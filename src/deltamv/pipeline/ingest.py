@@ -41,8 +41,9 @@ class IngestResult:
     released: int  # row versions released (the last change per key is in ``changes``)
     watermark: int
     previous_watermark: int
-    blocker: Blocker
+    blocker: Blocker | None
     changes: Mapping[str, pa.Table] = field(default_factory=dict)
+    truncated: frozenset[str] = frozenset()  # tables emptied first (PostgreSQL TRUNCATE)
 
 
 def ingest(

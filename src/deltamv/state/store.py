@@ -347,6 +347,10 @@ class StateStore(_Reader):
     def set_source_position(self, key: str, value: str) -> None:
         self._put(f"source.{key}", value)
 
+    def set_watermark(self, watermark: int) -> None:
+        """The watermark the state stands at (a source's start, e.g. its snapshot time)."""
+        self._put("watermark", str(watermark))
+
     # -- batches ---------------------------------------------------------------------------
     def begin_batch(
         self, batch: int, *, watermark: int, events: int, released: int, started_ms: int,

@@ -44,6 +44,8 @@ def table_change(
     columns; each key once) makes to the mirrored table."""
     names = [f.name for f in mirror.schema if f.name != KEY]
     pk = list(mirror.primary_key)
+    if UNCHANGED in changes.column_names:
+        changes = _fill_unchanged(compute, mirror, changes, names)
     puts = changes.filter(pc.equal(changes.column("op"), "PUT"))
     if truncate:
         old = pa.concat_tables(list(mirror.scan(with_rowid=True))) if mirror.count() else None
@@ -98,6 +100,53 @@ def _replaced_rows(
     )
     keep = compute.query(f'SELECT min(_n) AS _n FROM r GROUP BY "{ROWID}" ORDER BY 1', r=numbered)
     return rows.take(keep.column("_n"))
+
+
+UNCHANGED = "_unchanged"  # columns a PostgreSQL update left out (unchanged TOAST values)
+PREV_KEY = "_prev_key"  # the key of the row they keep their value from
+
+
+def _fill_unchanged(
+    compute: Compute, mirror: Mirror, changes: pa.Table, names: list[str]
+) -> pa.Table:
+    """Give the columns an update left out the value of the row it changed (the mirror's
+    row with key ``_prev_key``, before the batch)."""
+    lengths = pc.list_value_length(changes.column(UNCHANGED))
+    if not pc.any(pc.greater(pc.fill_null(lengths, 0), 0)).as_py():
+        return changes
+    prev = changes.column(PREV_KEY)
+    old = mirror.lookup([KEY], pa.table({KEY: pc.drop_null(prev)})).drop_columns([ROWID])
+    old = old.rename_columns(
+        [f"__prev_{c}" if c != KEY else "__prev_key" for c in old.column_names]
+    )
+    select = []
+    for c in changes.column_names:
+        if c in names:
+            select.append(
+                f'CASE WHEN list_contains(r."{UNCHANGED}", \'{c}\') THEN o."__prev_{c}"'
+                f' ELSE r."{c}" END AS "{c}"'
+            )
+        else:
+            select.append(f'r."{c}"')
+    out = compute.query(
+        f'SELECT {", ".join(select)} FROM r LEFT JOIN o ON o."__prev_key" = r."{PREV_KEY}"'
+        " ORDER BY r.__n",
+        r=changes.append_column("__n", pa.array(range(changes.num_rows), pa.int64())),
+        o=old,
+    )
+    missing = compute.query(
+        f'SELECT r.key FROM r LEFT JOIN o ON o."__prev_key" = r."{PREV_KEY}"'
+        f' WHERE len(r."{UNCHANGED}") > 0 AND o."__prev_key" IS NULL LIMIT 1',
+        r=changes, o=old,
+    )  # fmt: skip
+    if missing.num_rows:
+        from deltamv.errors import StateError
+
+        raise StateError(
+            f"table {mirror.table}: an update of key {missing.column(0)[0].as_py()} left columns"
+            " unchanged, but the job holds no earlier version of that row"
+        )
+    return out.cast(changes.schema)
 
 
 def apply_change(mirror: Mirror, change: TableChange) -> None:

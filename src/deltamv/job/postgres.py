@@ -1,0 +1,256 @@
+"""PostgreSQL as a job's upstream: snapshot, then the slot's transactions (docs/postgres.md).
+
+- **Start.** The first run creates the publication (if missing) and a logical slot with
+  an exported snapshot, copies every table inside that snapshot into the mirrors and
+  publishes each output's first version at the snapshot's time. A run killed during the
+  copy committed nothing and has a slot whose snapshot is gone: the next run drops the
+  slot and starts over.
+- **Batches.** Spark's ``deltamv-postgres`` source plans them: a batch is the WAL range
+  from the position the job's state recorded up to the batch's end offset, i.e. whole
+  transactions in commit order. They are read (without consuming them) inside the
+  batch's state transaction; the state records the new position, the last commit's TSO
+  (the batch's watermark), LSN and time. The slot advances only once a batch is
+  committed everywhere (the source's ``commit``, and at the end of a run).
+- Every version carries ``deltamv.pg_lsn``, the commit LSN of the last transaction it
+  includes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from deltamv.compute import Compute
+from deltamv.config import JobConfig, TableConfig
+from deltamv.errors import StateError
+from deltamv.job.upstream import Lap
+from deltamv.pipeline.ingest import IngestResult
+from deltamv.postgres import (
+    PgTable,
+    advance_slot,
+    connect,
+    copy_tables,
+    create_slot,
+    drop_slot,
+    ensure_publication,
+    format_lsn,
+    read_catalog,
+    read_changes,
+    slot_status,
+)
+from deltamv.postgres.source import SOURCE_NAME
+from deltamv.postgres.timestamps import commit_tso
+from deltamv.state.store import StateStore
+
+__all__ = ["PG_LSN_KEY", "PostgresUpstream", "publication_name", "slot_name"]
+
+log = logging.getLogger("deltamv.job")
+
+PG_LSN_KEY = "deltamv.pg_lsn"
+_AFTER = "after_lsn"  # the batch start: every transaction committed below it is applied
+_TSO = "last_tso"
+_COMMIT_LSN = "last_commit_lsn"
+_COMMIT_TIME = "last_commit_time_us"
+
+
+def slot_name(config: JobConfig) -> str:
+    return config.upstream.slot or _identifier(f"deltamv_{config.name}")
+
+
+def publication_name(config: JobConfig) -> str:
+    return config.upstream.publication or _identifier(f"deltamv_{config.name}")
+
+
+def _identifier(text: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in text.lower())
+    return out[:63]
+
+
+class PostgresUpstream:
+    """Reads a PostgreSQL database (see the module doc)."""
+
+    def __init__(self, config: JobConfig, spark_checkpoint: Path) -> None:
+        self.dsn = config.upstream.dsn or ""
+        self.slot = slot_name(config)
+        self.publication = publication_name(config)
+        self.offset_log = spark_checkpoint / "offsets"
+        self._conn: Any = None
+        declared = {
+            name: (t.schema if t.schema.columns else None, t.primary_key or None)
+            for name, t in config.tables.items()
+        }
+        with connect(self.dsn) as conn:
+            self.pg_tables: dict[str, PgTable] = read_catalog(
+                conn, [(n, t.pg_table) for n, t in config.tables.items()], declared=declared
+            )
+        self.config = config.with_tables(
+            {
+                name: replace(t, schema=self.pg_tables[name].schema,
+                              primary_key=tuple(self.pg_tables[name].primary_key))
+                for name, t in config.tables.items()
+            }
+        )  # fmt: skip
+
+    def _connection(self) -> Any:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect(self.dsn)
+        return self._conn
+
+    # -- the Upstream protocol -------------------------------------------------------------
+    def start_ts(self) -> int:
+        return 0  # the snapshot's time is the first watermark (set when it is loaded)
+
+    def open(self, store: StateStore) -> None:
+        if store.progress().bootstrapped:
+            status = slot_status(self._connection(), self.slot)
+            if status is None:
+                raise StateError(
+                    f"replication slot {self.slot} is gone but job {self.config.name!r} reads"
+                    " from it: it was dropped outside deltamv; start the job with a new"
+                    " checkpoint and new output paths"
+                )
+            if status.lost:
+                raise StateError(
+                    f"replication slot {self.slot} was invalidated by PostgreSQL (the WAL it"
+                    " held was removed): start the job with a new checkpoint and new output paths"
+                )
+
+    def snapshot(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
+        """Create the slot with an exported snapshot and copy every table in it."""
+        conn = self._connection()
+        ensure_publication(conn, self.publication, list(self.pg_tables.values()))
+        if drop_slot(conn, self.slot):
+            log.info("dropped replication slot %s left by a start that did not finish", self.slot)
+        return self._copy(store)
+
+    def _copy(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
+        started_us = time.time_ns() // 1000
+        with (
+            create_slot(self.dsn, self.slot) as exported,
+            connect(self.dsn, autocommit=False) as copy,
+        ):
+            for name, batch in copy_tables(copy, exported.snapshot_name,
+                                           list(self.pg_tables.values())):  # fmt: skip
+                yield name, pa.Table.from_batches([batch])
+            # Every transaction committed before the snapshot is in it: the first versions
+            # stand at the time the slot was created.
+            ts = commit_tso(started_us, 0)
+            store.set_source_position(_AFTER, str(exported.consistent_lsn))
+            store.set_source_position(_TSO, str(ts))
+            store.set_watermark(ts)
+            log.info(
+                "copied %d tables at %s (snapshot %s)", len(self.pg_tables),
+                format_lsn(exported.consistent_lsn), exported.snapshot_name,
+            )  # fmt: skip
+
+    def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
+        from deltamv.postgres.source import register
+
+        register(spark)
+        start = int(store.source_position(_AFTER) or 0)
+        return (
+            spark.readStream.format(SOURCE_NAME)
+            .option("dsn", self.dsn)
+            .option("slot", self.slot)
+            .option("publication", self.publication)
+            .option("startLsn", str(start))
+            .option("maxBytesPerTrigger", str(self.config.upstream.max_batch_bytes))
+            .load()
+        )
+
+    def ingest(self, store: StateStore, compute: Compute, batch: int, lap: Lap) -> IngestResult:
+        progress = store.progress()
+        if batch <= progress.batch:
+            raise ValueError(f"batch {batch} was already ingested (state is at {progress.batch})")
+        started = int(time.time() * 1000)
+        after = int(store.source_position(_AFTER) or 0)
+        upto = max(self._logged_offset(batch), after)
+        previous = int(store.source_position(_TSO) or 0)
+        changes = read_changes(
+            self._connection(), self.slot, self.publication, list(self.pg_tables.values()),
+            after_lsn=after, upto_lsn=upto, previous_tso=previous,
+        )  # fmt: skip
+        lap("read")
+        floor = progress.watermark
+        watermark = floor
+        tables: dict[str, pa.Table] = {}
+        truncated = set()
+        offsets: dict[str, Any] = {"lsn": upto}
+        if changes.last_tso is not None and changes.transactions:
+            watermark = max(changes.last_tso, floor)
+            store.set_source_position(_TSO, str(changes.last_tso))
+            if changes.last_commit_lsn is not None:
+                store.set_source_position(_COMMIT_LSN, str(changes.last_commit_lsn))
+                offsets["pg_lsn"] = format_lsn(changes.last_commit_lsn)
+            if changes.last_commit_time_us is not None:
+                store.set_source_position(_COMMIT_TIME, str(changes.last_commit_time_us))
+            for name, change in changes.tables.items():
+                rows = change.rows.rename_columns(
+                    ["key" if c == "_key" else "op" if c == "_op" else c
+                     for c in change.rows.column_names]
+                )  # fmt: skip
+                rows = rows.append_column(
+                    "commit_ts", pa.array([watermark] * rows.num_rows, pa.int64())
+                )
+                tables[name] = rows
+                if change.truncated:
+                    truncated.add(name)
+        store.set_source_position(_AFTER, str(upto))
+        released = sum(t.num_rows for t in tables.values())
+        store.begin_batch(
+            batch, watermark=watermark, events=changes.changes, released=released,
+            started_ms=started, blocker=None, offsets=offsets,
+        )  # fmt: skip
+        return IngestResult(batch, changes.changes, released, watermark, floor, None, tables,
+                            frozenset(truncated))  # fmt: skip
+
+    def _logged_offset(self, batch: int) -> int:
+        import json
+
+        path = self.offset_log / str(batch)
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            raise StateError(
+                f"Spark's offset log has no batch {batch} ({path}): the streaming checkpoint"
+                " was changed or removed; restore it or start with a new checkpoint"
+            ) from None
+        if len(lines) < 3 or lines[0].strip() != "v1":
+            raise StateError(f"cannot read Spark's offset log entry {path}")
+        return int(json.loads(lines[2])["lsn"])
+
+    def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
+        record = store.batch_record(batch) if batch >= 0 else None
+        pg_lsn = (record.offsets or {}).get("pg_lsn") if record is not None else None
+        if pg_lsn is None:
+            last = store.source_position(_COMMIT_LSN)
+            pg_lsn = format_lsn(int(last)) if last is not None else None
+        return {PG_LSN_KEY: str(pg_lsn)} if pg_lsn else {}
+
+    def after_batch(self, batch: int) -> None:
+        pass
+
+    def after_run(self, store: StateStore) -> None:
+        """Confirm to PostgreSQL what is committed: Spark confirms a batch only when it
+        plans the next one, so the last batch of a run would hold its WAL until the next."""
+        progress = store.progress()
+        if progress.applied_batch < progress.batch:
+            return  # the last batch did not finish: it is replayed, keep its WAL
+        position = store.source_position(_AFTER)
+        if position is not None:
+            advance_slot(self._connection(), self.slot, int(position))
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+def resolved_tables(config: JobConfig) -> Mapping[str, TableConfig]:
+    """The tables of a PostgreSQL job with schemas and keys from the catalog."""
+    return PostgresUpstream(config, Path(config.checkpoint) / "spark").config.tables

@@ -1,0 +1,58 @@
+"""What a job reads: the change log, or a PostgreSQL database.
+
+An :class:`Upstream` gives the job a Spark streaming source (which plans the batches),
+the start (a snapshot to load, if any), and for each batch the changes it releases at
+the batch's watermark, read inside the batch's state transaction. Everything after that
+(mirrors, views, outputs) is the same for both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+
+from deltamv.compute import Compute
+from deltamv.pipeline.ingest import IngestResult
+from deltamv.state.store import StateStore
+
+__all__ = ["Lap", "Upstream"]
+
+Lap = Callable[[str], None]  # marks the end of a phase of the batch, for its report
+
+
+class Upstream(Protocol):
+    def start_ts(self) -> int:
+        """The job's start timestamp (a snapshot's ts; 0 without one)."""
+        ...
+
+    def open(self, store: StateStore) -> None:
+        """Prepare for a run (after the state is open, before anything is read)."""
+        ...
+
+    def snapshot(self, store: StateStore) -> Iterable[tuple[str, pa.Table]] | None:
+        """The rows to load before the first batch (None: start empty). Called only
+        while the state is not bootstrapped; may record positions in ``store``."""
+        ...
+
+    def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
+        """The Spark streaming source that plans the batches."""
+        ...
+
+    def ingest(self, store: StateStore, compute: Compute, batch: int, lap: Lap) -> IngestResult:
+        """Read ``batch`` and release its changes (inside the batch's state transaction)."""
+        ...
+
+    def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
+        """Extra commit-info keys for the versions of ``batch``."""
+        ...
+
+    def after_batch(self, batch: int) -> None:
+        """A batch is finished (every output committed)."""
+        ...
+
+    def after_run(self, store: StateStore) -> None:
+        """The run ends (the streaming query stopped)."""
+        ...
