@@ -30,6 +30,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _retire(args: argparse.Namespace) -> int:
+    from deltamv.config import load_config
+    from deltamv.job.postgres import retire
+
+    done = retire(load_config(args.config))
+    slot = "dropped" if done.slot_dropped else "was already gone"
+    publication = "dropped" if done.publication_dropped else "was already gone"
+    print(f"replication slot {done.slot} {slot}; publication {done.publication} {publication}")
+    return 0
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from deltamv.sim import simulate
 
@@ -66,6 +77,14 @@ def _parser() -> argparse.ArgumentParser:
         "--once", action="store_true", help="process what the log holds now, then exit"
     )
     run.set_defaults(func=_run)
+
+    retire = sub.add_parser(
+        "retire",
+        help="drop a retired PostgreSQL job's replication slot and publication (PostgreSQL"
+        " then frees the WAL the slot held)",
+    )
+    retire.add_argument("config", help="the job's TOML config")
+    retire.set_defaults(func=_retire)
 
     sim = sub.add_parser("simulate", help="write a simulated change log, config and ground truth")
     sim.add_argument("workload", help="bank, orders or authors")

@@ -136,6 +136,8 @@ def print_status(status: Any, console: Console | None = None) -> None:
             _when(v.watermark), _ms(v.lag_ms(now)), str(v.versions), mode,
         )  # fmt: skip
     out.print(table)
+    if status.slot is not None:
+        _print_slot(out, status.slot)
     if not status.state_found:
         out.print(
             f"the job has not run yet (no state in {status.checkpoint}):"
@@ -171,6 +173,36 @@ def print_status(status: Any, console: Console | None = None) -> None:
                 f"  global watermark unchanged since {_clock(b.watermark_since_ms)} "
                 f"({_ms(now - b.watermark_since_ms)} ago)"
             )
+
+
+def _print_slot(out: Console, slot: Any) -> None:
+    if slot.error:
+        out.print(
+            f"replication slot {slot.name}: cannot ask PostgreSQL ({slot.error})", markup=False
+        )
+    elif not slot.found:
+        out.print(f"replication slot {slot.name}: none yet (the job creates it on its first run)")
+    elif slot.lost:
+        out.print(
+            f"replication slot {slot.name}: INVALIDATED by PostgreSQL (the WAL it held was"
+            " removed); the job cannot continue from it"
+        )
+    else:
+        out.print(
+            f"replication slot {slot.name}: confirmed at {slot.confirmed_lsn}, holds"
+            f" {_bytes(slot.retained_bytes)} of WAL; lag {_bytes(slot.lag_bytes)},"
+            f" {_ms(slot.lag_ms)}"
+        )
+
+
+def _bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n = n / 1024  # type: ignore[assignment]
+    return str(n)
 
 
 # -- read ----------------------------------------------------------------------------------

@@ -17,9 +17,10 @@ from pathlib import Path
 
 from deltamv import delta, tso
 from deltamv.config import JobConfig
+from deltamv.errors import DeltaMVError
 from deltamv.state import ReadOnlyState, open_read_only
 
-__all__ = ["BlockerStatus", "JobStatus", "ViewStatus", "job_status"]
+__all__ = ["BlockerStatus", "JobStatus", "SlotView", "ViewStatus", "job_status"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,42 @@ class JobStatus:
     last_duration_ms: int | None = None
     blocker: BlockerStatus | None = None
     running_pid: int | None = None
+    slot: SlotView | None = None  # a PostgreSQL job's replication slot
+
+
+@dataclass(frozen=True)
+class SlotView:
+    """A PostgreSQL job's replication slot, as ``deltamv status`` shows it."""
+
+    name: str
+    found: bool
+    error: str | None = None  # the server could not be asked
+    confirmed_lsn: str | None = None
+    retained_bytes: int | None = None  # WAL PostgreSQL keeps for the slot
+    lag_bytes: int | None = None  # WAL written since the last batch the job confirmed
+    lag_ms: int | None = None  # age of the last applied commit while WAL is pending
+    lost: bool = False
+
+
+def _slot_view(config: JobConfig, watermark: int | None, now_ms: int) -> SlotView:
+    from deltamv.job.postgres import slot_name
+    from deltamv.postgres import connect, format_lsn, slot_status
+
+    name = slot_name(config)
+    try:
+        with connect(config.upstream.dsn or "", timeout_s=5.0) as conn:
+            found = slot_status(conn, name)
+    except DeltaMVError as exc:
+        return SlotView(name, found=False, error=str(exc))
+    if found is None:
+        return SlotView(name, found=False)
+    pending = (found.lag_bytes or 0) > 0
+    lag_ms = tso.lag_ms(watermark, now_ms) if pending and watermark else 0
+    return SlotView(
+        name, True, None,
+        None if found.confirmed_flush_lsn is None else format_lsn(found.confirmed_flush_lsn),
+        found.retained_bytes, found.lag_bytes, lag_ms, found.lost,
+    )  # fmt: skip
 
 
 def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
@@ -89,8 +126,10 @@ def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
         modes = {n: ("incremental" if r.mode == "incremental" else f"recompute: {r.reason}")
                  for n, r in state.views().items()}  # fmt: skip
     views = tuple(_view_status(name, v.path, modes.get(name)) for name, v in config.views.items())
+    postgres = config.upstream.kind == "postgres"
     if state is None:
-        return JobStatus(config.name, config.checkpoint, now, views, state_found=False)
+        slot = _slot_view(config, None, now) if postgres else None
+        return JobStatus(config.name, config.checkpoint, now, views, state_found=False, slot=slot)
     try:
         last = state.last_batch()
         blocker = None
@@ -111,6 +150,7 @@ def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
             last_duration_ms=state.last_duration_ms(),
             blocker=blocker,
             running_pid=_running_pid(Path(config.checkpoint)),
+            slot=_slot_view(config, progress.watermark, now) if postgres else None,
         )
     finally:
         state.close()

@@ -17,13 +17,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import psycopg
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
@@ -38,6 +40,7 @@ from deltamv.postgres import (
     connect,
     copy_tables,
     create_slot,
+    drop_publication,
     drop_slot,
     ensure_publication,
     format_lsn,
@@ -49,9 +52,10 @@ from deltamv.postgres.source import SOURCE_NAME
 from deltamv.postgres.timestamps import commit_tso
 from deltamv.state.store import StateStore
 
-__all__ = ["PG_LSN_KEY", "PostgresUpstream", "publication_name", "slot_name"]
+__all__ = ["PG_LSN_KEY", "PostgresUpstream", "Retired", "publication_name", "retire", "slot_name"]
 
 log = logging.getLogger("deltamv.job")
+_T = TypeVar("_T")
 
 PG_LSN_KEY = "deltamv.pg_lsn"
 _AFTER = "after_lsn"  # the batch start: every transaction committed below it is applied
@@ -173,9 +177,11 @@ class PostgresUpstream:
         after = int(store.source_position(_AFTER) or 0)
         upto = max(self._logged_offset(batch), after)
         previous = int(store.source_position(_TSO) or 0)
-        changes = read_changes(
-            self._connection(), self.slot, self.publication, list(self.pg_tables.values()),
-            after_lsn=after, upto_lsn=upto, previous_tso=previous,
+        changes = self._retrying(
+            lambda conn: read_changes(
+                conn, self.slot, self.publication, list(self.pg_tables.values()),
+                after_lsn=after, upto_lsn=upto, previous_tso=previous,
+            )
         )  # fmt: skip
         lap("read")
         floor = progress.watermark
@@ -210,6 +216,22 @@ class PostgresUpstream:
         )  # fmt: skip
         return IngestResult(batch, changes.changes, released, watermark, floor, None, tables,
                             frozenset(truncated))  # fmt: skip
+
+    def _retrying(self, read: Callable[[Any], _T]) -> _T:
+        """``read`` over the connection; once more over a new one if the connection
+        broke (the server restarted, a network blip). Reconnecting retries with backoff
+        and gives up with one line (:func:`deltamv.postgres.connect`)."""
+        try:
+            return read(self._connection())
+        except psycopg.OperationalError as exc:
+            log.warning(
+                "connection to PostgreSQL lost (%s); reconnecting", " ".join(str(exc).split())[:200]
+            )
+            if self._conn is not None:
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.close()
+                self._conn = None
+            return read(self._connection())
 
     def _logged_offset(self, batch: int) -> int:
         import json
@@ -254,3 +276,45 @@ class PostgresUpstream:
 def resolved_tables(config: JobConfig) -> Mapping[str, TableConfig]:
     """The tables of a PostgreSQL job with schemas and keys from the catalog."""
     return PostgresUpstream(config, Path(config.checkpoint) / "spark").config.tables
+
+
+@dataclass(frozen=True)
+class Retired:
+    slot: str
+    slot_dropped: bool
+    publication: str
+    publication_dropped: bool
+
+
+def retire(config: JobConfig) -> Retired:
+    """Drop a retired PostgreSQL job's replication slot and publication, so PostgreSQL
+    stops keeping WAL for it. Refuses while the job runs (its checkpoint lock is held)."""
+    import fcntl
+
+    from deltamv.errors import CommitConflictError, ConfigError
+
+    if config.upstream.kind != "postgres":
+        raise ConfigError("source.kind", "only a PostgreSQL job has a slot and publication to drop",
+                          source=config.origin)  # fmt: skip
+    lock = Path(config.checkpoint) / "_lock"
+    if lock.exists():
+        with open(lock, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CommitConflictError(
+                    f"job {config.name!r} is running on checkpoint {config.checkpoint}: stop it"
+                    " before dropping its slot"
+                ) from None
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    slot, publication = slot_name(config), publication_name(config)
+    with connect(config.upstream.dsn or "") as conn:
+        dropped = drop_slot(conn, slot)
+        existed = (
+            conn.execute(
+                "SELECT 1 FROM pg_publication WHERE pubname = %s", [publication]
+            ).fetchone()
+            is not None
+        )
+        drop_publication(conn, publication)
+    return Retired(slot, dropped, publication, existed)
