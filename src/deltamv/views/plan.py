@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.config import JobConfig
@@ -223,7 +224,9 @@ class _Leaves:
         self.by_path: dict[str, str] = {}
         for name, table in config.tables.items():
             folder = os.path.join(self.root, name)
-            spark.createDataFrame([], table.schema.to_ddl()).write.mode("overwrite").parquet(folder)
+            os.makedirs(folder)
+            # Written by pyarrow, not Spark: an empty file costs no Spark job.
+            pq.write_table(table.schema.to_arrow().empty_table(), os.path.join(folder, "empty.parquet"))
             spark.read.schema(table.schema.to_ddl()).parquet(folder).createOrReplaceTempView(name)
             self.by_path[os.path.realpath(folder)] = name
 
