@@ -10,14 +10,16 @@ last run has its state rebuilt from the mirrors and its table rewritten in full.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
@@ -25,7 +27,7 @@ from pyspark.sql import SparkSession
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, ViewConfig
 from deltamv.delta import spark_to_arrow
-from deltamv.errors import ConfigError
+from deltamv.errors import ConfigError, DeltaMVError
 from deltamv.state.keyed import KEY, KeyedTable, Mirror
 from deltamv.state.store import StateStore, ViewRecord
 from deltamv.views.expr import Unsupported
@@ -146,7 +148,8 @@ class ViewSet:
         out: dict[str, pa.Table | None] = {}
         for name, view in self.views.items():
             if view.maintainer is not None and self.ready(name):
-                out[name] = view.maintainer.delta(b)
+                with _view_errors(name):
+                    out[name] = view.maintainer.delta(b)
         return out
 
     def finish(self, b: Batch) -> None:
@@ -164,9 +167,10 @@ class ViewSet:
                 for name in todo:
                     maintainer = self.views[name].maintainer
                     assert maintainer is not None
-                    for op in maintainer.ops():
-                        if isinstance(op, AggregateOp) and op.state is not None:
-                            op.build(self.compute, op.child.full_sql(files.base), {})
+                    with _view_errors(name):
+                        for op in maintainer.ops():
+                            if isinstance(op, AggregateOp) and op.state is not None:
+                                op.build(self.compute, op.child.full_sql(files.base), {})
         for name in names:
             view = self.views[name]
             self.store.set_view(
@@ -177,9 +181,20 @@ class ViewSet:
         """The whole current content of an incremental view, from the mirrors."""
         view = self.views[name]
         assert view.maintainer is not None
-        with MirrorFiles(self.mirrors, scratch) as files:
+        with MirrorFiles(self.mirrors, scratch) as files, _view_errors(name):
             rows = self.compute.query(view.maintainer.full_sql(files.base))
         return _expand(rows, view)
+
+
+@contextlib.contextmanager
+def _view_errors(view: str) -> Iterator[None]:
+    """A view's SQL failing on the data (an overflow, a division by zero, as Spark's ANSI
+    mode would fail too) as one line naming the view."""
+    try:
+        yield
+    except (duckdb.Error, ArithmeticError) as exc:
+        text = " ".join(str(exc).split())
+        raise DeltaMVError(f"view {view}: its SQL fails on the data: {text[:300]}") from None
 
 
 def _layout(plan: ViewPlan, schema: pa.Schema) -> tuple[str, ...]:
@@ -246,11 +261,3 @@ class MirrorFiles:
 
 def _sql_text(path: str) -> str:
     return os.path.abspath(path).replace("'", "''")
-
-
-def iter_chunks(table: pa.Table, rows: int = 65_536) -> Iterator[pa.Table]:
-    for start in range(0, table.num_rows, rows):
-        yield table.slice(start, rows)
-
-
-_ = Callable  # re-exported for typing in callers
