@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -134,50 +135,46 @@ def _walk_regions(
     Returns the regions after the batch, the position of each region's RETIRED (-1 for
     one retired before the batch) and the first violation, if any.
     """
-    states = dict(regions)
+    # Mutable per-region fields while walking: [start_key, end_key, parents, resolved, retired]
+    fields: dict[int, list[Any]] = {
+        r: [s.start_key, s.end_key, s.parents, s.resolved, s.retired] for r, s in regions.items()
+    }
     retired_at = {r: -1 for r, s in regions.items() if s.retired}
+    found: _Violation | None = None
     cols = [region_events.column(c).to_pylist()
             for c in ("ev", "region", "type", "ts", "start_key", "end_key", "parents")]  # fmt: skip
     for position, region, kind, ts, start_key, end_key, parents in zip(*cols, strict=True):
-        state = states.get(region) or RegionState(region)
-        if state.retired:
+        state = fields.get(region)
+        if state is None:
+            state = fields[region] = [None, None, (), None, False]
+        if state[4]:
             if kind == ev.RETIRED:
                 continue  # a retransmitted RETIRED (events may arrive twice in a row)
-            return (
-                states,
-                retired_at,
-                _Violation(position, f"{kind} event after the region's RETIRED"),
-            )
+            found = _Violation(position, f"{kind} event after the region's RETIRED")
+            break
         if kind == ev.RESOLVED:
-            if not state.initialized:
-                return (
-                    states,
-                    retired_at,
-                    _Violation(position, f"RESOLVED {ts} before the region's INITIALIZED"),
-                )
-            if state.resolved is not None and ts < state.resolved:
-                return (
-                    states,
-                    retired_at,
-                    _Violation(position, f"RESOLVED going backwards: {ts} after {state.resolved}"),
-                )
-            state = replace(state, resolved=ts)
+            if state[0] is None:
+                found = _Violation(position, f"RESOLVED {ts} before the region's INITIALIZED")
+                break
+            if state[3] is not None and ts < state[3]:
+                found = _Violation(position, f"RESOLVED going backwards: {ts} after {state[3]}")
+                break
+            state[3] = ts
         elif kind == ev.INITIALIZED:
             lineage = tuple(sorted(int(p) for p in (parents or [])))
-            if state.initialized and (state.start_key, state.end_key, state.parents) != (
+            if state[0] is not None and (state[0], state[1], state[2]) != (
                 start_key, end_key, lineage,
             ):  # fmt: skip
-                return (
-                    states,
-                    retired_at,
-                    _Violation(position, "INITIALIZED again with a different span or parents"),
-                )
-            state = replace(state, start_key=start_key, end_key=end_key, parents=lineage)
+                found = _Violation(position, "INITIALIZED again with a different span or parents")
+                break
+            state[0], state[1], state[2] = start_key, end_key, lineage
         else:  # RETIRED
-            state = replace(state, retired=True)
+            state[4] = True
             retired_at[region] = position
-        states[region] = state
-    return states, retired_at, None
+    states = {
+        r: RegionState(r, f[0], f[1], tuple(f[2]), f[3], bool(f[4])) for r, f in fields.items()
+    }
+    return states, retired_at, found
 
 
 def _after_retired(
