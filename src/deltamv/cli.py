@@ -6,8 +6,9 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from deltamv.check.commands import register_commands
 from deltamv.errors import DeltaMVError
 
 
@@ -86,22 +87,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--live", action="store_true", help="write in real time until stopped")
     sim.set_defaults(func=_simulate)
 
-    for register in _extra_commands():
-        register(sub)
+    register_commands(sub)  # check, status, read: beside their library code
     return parser
-
-
-def _extra_commands() -> list[
-    Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
-]:
-    """Subcommands living beside their library code (check, status, read)."""
-    found: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
-    try:
-        from deltamv.check.commands import register_commands
-    except ImportError:
-        return found
-    found.append(register_commands)
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
