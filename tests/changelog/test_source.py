@@ -18,8 +18,7 @@ from deltamv.changelog.source import (
 )
 from deltamv.errors import BadRecordError, ConfigError, wire
 from deltamv.errors import unwire as bad_record_from_exception
-
-from .conftest import TABLES, commit, put, resolved, write_segment
+from tests.helpers.changelog import TABLES, commit, put, resolved, write_segment
 
 
 def reader(changelog: Path, **options: str) -> ChangelogStreamReader:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from .conftest import CONFIG, run_cli
+from tests.helpers.bank import CONFIG, run_cli
 
 VIEW_SQL = "SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts"
 
