@@ -1,4 +1,8 @@
-"""The ``deltamv`` command line (CONTRACT section 5). Parses arguments, calls the library."""
+"""The ``deltamv`` command line. Parses arguments, calls the library.
+
+The config every command takes is docs/config.md; what ``run`` promises is
+docs/guarantees.md; ``check``, ``status`` and ``read`` are docs/check-status-read.md.
+"""
 
 from __future__ import annotations
 
@@ -61,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log Spark's warnings too")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a view job (CONTRACT section 5)")
+    run = sub.add_parser("run", help="run a view job (the config: docs/config.md)")
     run.add_argument("config", help="the job's TOML config")
     run.add_argument(
         "--once", action="store_true", help="process what the log holds now, then exit"

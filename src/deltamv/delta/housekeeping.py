@@ -1,7 +1,7 @@
 """Table housekeeping that writes no version: log checkpoints, log cleanup, vacuum.
 
 delta-rs' own ``vacuum`` commits ``VACUUM START``/``VACUUM END`` versions; those would
-carry no watermark (CONTRACT section 6 promises one on every version the job commits)
+carry no watermark (docs/guarantees.md promises one on every version the job commits)
 and would move the table past the version the job expects. So deltamv asks delta-rs
 which files a vacuum would delete (a dry run) and deletes them itself.
 """
