@@ -13,7 +13,6 @@ else as given. :func:`values_to_arrow` turns such texts into typed columns.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import datetime as dt
 import decimal
@@ -206,43 +205,41 @@ def _bool_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
     return check_bool
 
 
-def _date_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
-    def check_date(v: Any) -> Any:
-        if type(v) is str and len(v) == 10 and v[4] == "-" and v[7] == "-":
-            try:
-                dt.date.fromisoformat(v)
-                return v
-            except ValueError:
-                pass
-        raise bad(v, 'a date "YYYY-MM-DD"')
+def _text_checker(
+    expected: str, parse: Callable[[str], object]
+) -> Callable[[Column, Complaint], Callable[[Any], Any]]:
+    """The checker maker of a kind written as text that ``parse`` accepts (it raises
+    ValueError otherwise); the value stays the text."""
 
-    return check_date
+    def make(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+        def check_text(v: Any) -> Any:
+            if type(v) is str:
+                try:
+                    parse(v)
+                    return v
+                except ValueError:
+                    pass
+            raise bad(v, expected)
 
+        return check_text
 
-def _timestamp_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
-    def check_ts(v: Any) -> Any:
-        if type(v) is str and len(v) >= 10:
-            try:
-                _parse_timestamp(v)
-                return v
-            except ValueError:
-                pass
-        raise bad(v, "an ISO-8601 timestamp string")
-
-    return check_ts
+    return make
 
 
-def _binary_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
-    def check_binary(v: Any) -> Any:
-        if type(v) is str:
-            try:
-                base64.b64decode(v, validate=True)
-                return v
-            except (binascii.Error, ValueError):
-                pass
-        raise bad(v, "base64 text")
+def _parse_date(text: str) -> dt.date:
+    if len(text) != 10 or text[4] != "-" or text[7] != "-":  # fromisoformat takes more
+        raise ValueError(text)
+    return dt.date.fromisoformat(text)
 
-    return check_binary
+
+def _parse_timestamp_text(text: str) -> dt.datetime:
+    if len(text) < 10:
+        raise ValueError(text)
+    return _parse_timestamp(text)
+
+
+def _parse_base64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)  # binascii.Error is a ValueError
 
 
 # A column kind (every integer kind is "integer") -> the maker of its checker.
@@ -253,9 +250,9 @@ _CHECKERS: dict[str, Callable[[Column, Complaint], Callable[[Any], Any]]] = {
     "decimal": _decimal_checker,
     "string": _string_checker,
     "boolean": _bool_checker,
-    "date": _date_checker,
-    "timestamp": _timestamp_checker,
-    "binary": _binary_checker,
+    "date": _text_checker('a date "YYYY-MM-DD"', _parse_date),
+    "timestamp": _text_checker("an ISO-8601 timestamp string", _parse_timestamp_text),
+    "binary": _text_checker("base64 text", _parse_base64),
 }
 
 

@@ -10,6 +10,7 @@ config for a workload's tables, views and invariants (the demo uses it too).
 
 from __future__ import annotations
 
+from deltamv.sim._output import job_toml, workload_toml
 from deltamv.sim.engine import (
     DEFAULT_TXNS,
     FORMATS,
@@ -22,7 +23,6 @@ from deltamv.sim.engine import (
     large_txn_summary,
     simulate,
 )
-from deltamv.sim._output import job_toml, workload_toml
 from deltamv.sim.truth import Truth
 
 __all__ = [

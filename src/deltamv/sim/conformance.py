@@ -351,10 +351,7 @@ def _check_lineage(regions: Mapping[int, _Region], out: _Violations, *, complete
             elif complete and not regions[p].retired:
                 out.bad(f"region {rid}: parent {p} never RETIRED")
     initial = [r.span for r in regions.values() if r.span is not None and not r.parents]
-    if regions and initial:
-        problem = _partition_problem(initial)
-        if problem:
-            out.bad(f"initial regions do not partition the key space: {problem}")
+    _check_partition("initial", initial, out)
     for parent, kids in sorted(children.items()):
         pspan = regions[parent].span if parent in regions else None
         kid_spans = [span for k in kids if (span := regions[k].span) is not None]
@@ -373,10 +370,13 @@ def _check_lineage(regions: Mapping[int, _Region], out: _Violations, *, complete
             if r.retired and rid not in children:
                 out.bad(f"region {rid} RETIRED without a successor")
         leaves = [r.span for r in regions.values() if r.span is not None and not r.retired]
-        if regions and leaves:
-            problem = _partition_problem(leaves)
-            if problem:
-                out.bad(f"live regions do not partition the key space: {problem}")
+        _check_partition("live", leaves, out)
+
+
+def _check_partition(which: str, spans: list[tuple[str, str]], out: _Violations) -> None:
+    problem = _partition_problem(spans) if spans else None
+    if problem:
+        out.bad(f"{which} regions do not partition the key space: {problem}")
 
 
 def _check_resolved(
