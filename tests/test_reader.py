@@ -13,8 +13,7 @@ from chispa import assert_df_equality
 from deltamv import tso
 from deltamv.errors import DeltaMVError
 from deltamv.reader import parse_time, pick, read_arrow, read_spark
-
-from .check.tables import commit_version
+from tests.helpers.views import commit_version
 
 SCHEMA = pa.schema([("total", pa.int64())])
 T0 = tso.compose(1_700_000_000_000)

@@ -1,4 +1,8 @@
-"""The ``deltamv`` command line (CONTRACT section 5). Parses arguments, calls the library."""
+"""The ``deltamv`` command line. Parses arguments, calls the library.
+
+The config every command takes is docs/config.md; what ``run`` promises is
+docs/guarantees.md; ``check``, ``status`` and ``read`` are docs/check-status-read.md.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +10,9 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
+from deltamv.check.commands import register_commands
 from deltamv.errors import DeltaMVError
 
 
@@ -71,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log Spark's warnings too")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a view job (CONTRACT section 5)")
+    run = sub.add_parser("run", help="run a view job (the config: docs/config.md)")
     run.add_argument("config", help="the job's TOML config")
     run.add_argument(
         "--once", action="store_true", help="process what the log holds now, then exit"
@@ -105,22 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     sim.add_argument("--live", action="store_true", help="write in real time until stopped")
     sim.set_defaults(func=_simulate)
 
-    for register in _extra_commands():
-        register(sub)
+    register_commands(sub)  # check, status, read: beside their library code
     return parser
-
-
-def _extra_commands() -> list[
-    Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
-]:
-    """Subcommands living beside their library code (check, status, read)."""
-    found: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = []
-    try:
-        from deltamv.check.commands import register_commands
-    except ImportError:
-        return found
-    found.append(register_commands)
-    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:

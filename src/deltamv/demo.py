@@ -40,59 +40,22 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from deltamv import tso
+from deltamv.sim import workload_toml
+from deltamv.sim.workloads import Bank
 from deltamv.state import STATE_FILE, open_read_only
 
 MARKER = ".deltamv-demo"
-_VIEWS = ("total_balance", "balance_by_owner", "negative_accounts", "transfer_stats")
 
-JOB_TOML = """\
-# The demo's view job: the bank workload's views and invariants (see examples/bank).
-[job]
-name = "bank-demo"
-changelog = "../feed"
-checkpoint = "_checkpoint"
-trigger_interval = "{trigger}"
 
-[tables.accounts]
-schema = "id BIGINT, owner STRING, balance BIGINT"
-primary_key = ["id"]
-
-[tables.transfers]
-schema = "id BIGINT, from_id BIGINT, to_id BIGINT, amount BIGINT"
-primary_key = ["id"]
-
-[views.total_balance]
-sql = "SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts"
-path = "views/total_balance"
-
-[views.balance_by_owner]
-sql = "SELECT owner, SUM(balance) AS balance, COUNT(*) AS accounts FROM accounts GROUP BY owner"
-path = "views/balance_by_owner"
-
-[views.negative_accounts]
-sql = "SELECT COUNT(*) AS negative FROM accounts WHERE balance < 0"
-path = "views/negative_accounts"
-
-[views.transfer_stats]
-sql = "SELECT COUNT(*) AS transfers, COALESCE(SUM(amount), 0) AS moved FROM transfers"
-path = "views/transfer_stats"
-
-[invariants.money_is_conserved]
-view = "total_balance"
-constant = "SELECT total FROM total_balance"
-
-[invariants.accounts_are_conserved]
-view = "total_balance"
-constant = "SELECT accounts FROM total_balance"
-
-[invariants.no_negative_balance]
-view = "negative_accounts"
-always = "SELECT negative = 0 FROM negative_accounts"
-
-[spark]
-master = "local[2]"
-conf = {{ "spark.sql.shuffle.partitions" = "2" }}
-"""
+def job_toml(trigger: str) -> str:
+    """The demo's view job: the bank workload's views and invariants (see examples/bank),
+    reading the change log the demo publishes into ``../feed``."""
+    return workload_toml(
+        Bank, name="bank-demo", changelog="../feed", checkpoint="_checkpoint",
+        view_dir="views", trigger_interval=trigger, spark_master="local[2]",
+        spark_conf={"spark.sql.shuffle.partitions": "2"},
+        comment="The demo's view job: the bank workload's views and invariants (see examples/bank).",
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -246,7 +209,7 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, Any
     job_dir = out / "job"
     job_dir.mkdir()
     config_path = job_dir / "bank.toml"
-    config_path.write_text(JOB_TOML.format(trigger=opts.trigger))
+    config_path.write_text(job_toml(opts.trigger))
     ctx = mp.get_context("spawn")
     started = time.time()
     sim: Any = None
@@ -267,7 +230,7 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, Any
     )  # fmt: skip
     baseline = Baseline(out / "bank" / "changelog", feed=out / "feed")
     total_view = job_dir / "views" / "total_balance"
-    views = [job_dir / "views" / name for name in _VIEWS]
+    views = [job_dir / "views" / name for name in Bank.views]
     try:
         with _progress(console) as progress:
             warm = progress.add_task("starting the view job (Spark)", info="", total=None)

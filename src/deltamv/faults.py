@@ -14,11 +14,12 @@ import signal
 __all__ = ["POINTS", "point"]
 
 POINTS: tuple[str, ...] = (
-    "after-stage",  # the batch's events are staged as Parquet, nothing ingested
-    "after-ingest",  # the state holds the batch and its released rows; no Delta commit
-    "before-commit",  # a table's data files are written, its Delta commit is not
-    "after-commit",  # a table is committed, the state does not know yet (also: between
-    #                  two views' commits, between a mirror and the views)
+    "after-stage",  # inside the batch's state transaction, after ingest and maintenance:
+    #                 the transaction rolls back, nothing of the batch is in the state
+    "after-ingest",  # the state holds the batch and its outbox; no table committed
+    "before-commit",  # before a table's sink writes and commits its change (also: between
+    #                   two tables of a batch)
+    "after-commit",  # a table is committed, the state does not know yet
     "before-finish",  # every table is committed, the batch is not finished in the state
     "after-finish",  # the state finished the batch; Spark has not written its commit log
     "before-maintenance",  # a batch is done; checkpoints and vacuum have not run

@@ -1,9 +1,8 @@
 """The housekeeping policy a job applies after its batches (``[maintenance]`` in the config).
 
 - **Log checkpoints.** Every ``checkpoint_interval`` versions of a table the job writes a
-  Delta log checkpoint, so opening a table (the job does it several times per batch,
-  readers once per read) replays at most that many JSON commits, however long the job
-  runs. Log entries older than the table's ``delta.logRetentionDuration`` (30 days by
+  Delta log checkpoint, so opening a table (the job once per run, readers once per
+  read) replays at most that many JSON commits, however long the job runs. Log entries older than the table's ``delta.logRetentionDuration`` (30 days by
   default) behind a checkpoint are dropped.
 - **Vacuum.** At most once per ``vacuum_interval``, data files no version younger than
   ``vacuum_retention`` needs are deleted from every view and published table: versions
@@ -23,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from deltamv import faults
@@ -56,7 +55,7 @@ class Maintenance:
         policy: MaintenanceConfig,
         tables: Mapping[str, tuple[DeltaTableHandle, bool]],
         *,
-        clock: object = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.policy = policy
         self.tables = dict(tables)
@@ -68,7 +67,7 @@ class Maintenance:
         """One pass: checkpoint tables that are due, vacuum if the interval passed."""
         faults.point("before-maintenance")
         report = MaintenanceReport()
-        now = self._clock()  # type: ignore[operator]
+        now = self._clock()
         vacuum_due = (
             self._last_vacuum is None or now - self._last_vacuum >= self.policy.vacuum_interval
         )

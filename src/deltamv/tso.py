@@ -1,4 +1,4 @@
-"""TiDB-style TSO timestamps: ``(physical_ms << 18) | logical`` (CONTRACT section 1)."""
+"""TiDB-style TSO timestamps: ``(physical_ms << 18) | logical`` (docs/changelog-format.md)."""
 
 from __future__ import annotations
 

@@ -8,16 +8,14 @@ the same file and line (see ``batchgen.check_same``).
 from __future__ import annotations
 
 import json
-import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from deltamv.changelog.batch import ParseStats, parse_segments
@@ -25,7 +23,9 @@ from deltamv.changelog.events import CONTROL_SCHEMA
 from deltamv.schema import TableSchema
 
 from .batchgen import (
+    MUTATIONS,
     PRIMARY_KEYS,
+    SETTINGS,
     TABLES,
     Raw,
     check_same,
@@ -34,13 +34,6 @@ from .batchgen import (
     segment_strategy,
     write_jsonl,
     write_parquet,
-)
-
-EXAMPLES = int(os.environ.get("DELTAMV_HYPOTHESIS_EXAMPLES", "60"))
-SETTINGS = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
 
@@ -226,162 +219,7 @@ def test_unreadable_segment(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------
-# Corrupted logs: every kind of bad record, at a random place
-
-
-def _set(field: str, value: Any) -> Callable[[dict[str, Any]], Any]:
-    def mutate(e: dict[str, Any]) -> Any:
-        return {**e, field: value}
-
-    return mutate
-
-
-def _drop(field: str) -> Callable[[dict[str, Any]], Any]:
-    def mutate(e: dict[str, Any]) -> Any:
-        return {k: v for k, v in e.items() if k != field}
-
-    return mutate
-
-
-def _in_value(column: str, value: Any) -> Callable[[dict[str, Any]], Any]:
-    def mutate(e: dict[str, Any]) -> Any:
-        if not isinstance(e.get("value"), dict):
-            return {**e, "op": "PUT", "value": {column: value}}
-        return {**e, "value": {**e["value"], column: value}}
-
-    return mutate
-
-
-def _text(f: Callable[[str], str]) -> Callable[[dict[str, Any]], Any]:
-    def mutate(e: dict[str, Any]) -> Any:
-        return Raw(f(dumps(e)))
-
-    return mutate
-
-
-# Each applies to one event (given as a dict) and returns the event or a Raw line.
-MUTATIONS: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "blank line": _text(lambda line: ""),
-    "spaces only": _text(lambda line: "   "),
-    "not json": _text(lambda line: "not json"),
-    "truncated": _text(lambda line: line[: len(line) // 2]),
-    "two objects": _text(lambda line: line + line),
-    "two objects spaced": _text(lambda line: line + " " + line),
-    "object then null": _text(lambda line: line + " null"),
-    "array": _text(lambda line: "[1, 2]"),
-    "null": _text(lambda line: "null"),
-    "number": _text(lambda line: "1"),
-    "string": _text(lambda line: '"x"'),
-    "bom": _text(lambda line: "\ufeff" + line),
-    "nbsp": _text(lambda line: "\u00a0" + line),
-    "vertical tab": _text(lambda line: "\x0b" + line),
-    "duplicate region": _text(lambda line: '{"region": 999, ' + line[1:]),
-    "duplicate type": _text(lambda line: line[:-1] + ', "type": "RETIRED"}'),
-    "trailing comma": _text(lambda line: line[:-1] + ",}"),
-    "nan field": _set("extra", Raw("NaN")),
-    "infinity field": _set("extra", Raw("-Infinity")),
-    "nan nested": _set("extra", Raw('{"a": [1, NaN]}')),
-    "huge number": _set("extra", Raw("1e400")),
-    "wrong region": _set("region", 999),
-    "region string": _set("region", "1"),
-    "region bool": _set("region", True),
-    "region float": _set("region", Raw("1.0")),
-    "no region": _drop("region"),
-    "no type": _drop("type"),
-    "unknown type": _set("type", "RESOLVE"),
-    "type number": _set("type", 5),
-    "ts string": _set("ts", "9"),
-    "ts negative": _set("ts", -1),
-    "ts too big": _set("ts", 2**63),
-    "start_ts negative": _set("start_ts", -5),
-    "start_ts float": _set("start_ts", Raw("5.0")),
-    "no start_ts": _drop("start_ts"),
-    "commit_ts not greater": lambda e: {**e, "commit_ts": e.get("start_ts", 0)},
-    "no commit_ts": _drop("commit_ts"),
-    "no ts": _drop("ts"),
-    "no key": _drop("key"),
-    "key number": _set("key", 5),
-    "no table": _drop("table"),
-    "unknown table": _set("table", "nope"),
-    "table number": _set("table", 3),
-    "unknown op": _set("op", "UPSERT"),
-    "op null": _set("op", None),
-    "no op": _drop("op"),
-    "value null": _set("value", None),
-    "value list": _set("value", [1]),
-    "value string": _set("value", "x"),
-    "old_value list": _set("old_value", [1]),
-    "old_value number": _set("old_value", 5),
-    "primary number": _set("primary", 1),
-    "large string": _set("large", "yes"),
-    "parents strings": _set("parents", ["x"]),
-    "parents negative": _set("parents", [1, -1]),
-    "parents null item": _set("parents", [1, None]),
-    "parents string": _set("parents", "x"),
-    "no start_key": _drop("start_key"),
-    "end_key number": _set("end_key", 1),
-    "undeclared column": _in_value("colour", "red"),
-    "undeclared column null": _in_value("colour", None),
-    "other table's column": _in_value("the_tag", "x"),
-    "other table's column null": _in_value("the_tag", None),
-    "other table's column null, escaped": _text(
-        lambda line: line.replace('"value": {', '"value": {"\\u0074he_tag": null, ', 1)
-    ),
-    "other table's column null, spaced": _text(
-        lambda line: line.replace('"value": {', '"value": {"i8" :  null , ', 1)
-    ),
-    "id null": _in_value("id", None),
-    "name null": _in_value("name", None),
-    "id string": _in_value("id", "1"),
-    "id float": _in_value("id", Raw("1.0")),
-    "id exponent": _in_value("id", Raw("1e2")),
-    "id too big": _in_value("id", 2**63),
-    "id bool": _in_value("id", True),
-    "i8 range": _in_value("i8", 128),
-    "i16 range": _in_value("i16", -(2**15) - 1),
-    "i32 range": _in_value("i32", 2**31),
-    "f string": _in_value("f", "1.5"),
-    "f range": _in_value("f", Raw("3.5e38")),
-    "f nan": _in_value("f", Raw("NaN")),
-    "d infinity": _in_value("d", Raw("Infinity")),
-    "d minus zero": _in_value("d", Raw("-0")),
-    "d minus zero float": _in_value("d", Raw("-0.0")),
-    "d huge exponent": _in_value("d", Raw("1e400")),
-    "d bool": _in_value("d", False),
-    "amount scale": _in_value("amount", "12.345"),
-    "amount scale zero": _in_value("amount", "0.001"),
-    "amount number scale": _in_value("amount", Raw("12.3456")),
-    "amount precision": _in_value("amount", "123456789.5"),
-    "amount precision number": _in_value("amount", Raw("123456789.5")),
-    "amount text": _in_value("amount", "1,5"),
-    "amount exponent sign": _in_value("amount", "1e+-2"),
-    "amount spaces": _in_value("amount", " 1.5"),
-    "amount bool": _in_value("amount", True),
-    "amount nan": _in_value("amount", "NaN"),
-    "big 39 digits": _in_value("big", "1" + "0" * 38),
-    "s number": _in_value("s", 5),
-    "b number": _in_value("b", 1),
-    "b string": _in_value("b", "true"),
-    "day invalid": _in_value("day", "2023-02-29"),
-    "day short": _in_value("day", "2024-1-01"),
-    "day compact": _in_value("day", "20240101"),
-    "day year zero": _in_value("day", "0000-01-01"),
-    "day week": _in_value("day", "2024-W01-1"),
-    "at words": _in_value("at", "yesterday"),
-    "at hour 25": _in_value("at", "2024-01-02T25:00:00"),
-    "at leap second": _in_value("at", "2024-01-02T23:59:60"),
-    "at offset 24h": _in_value("at", "2024-01-02T03:04:05+24:00"),
-    "at number": _in_value("at", 1700000000),
-    "at lowercase t": _in_value("at", "2024-01-02t03:04:05"),
-    "at feb 30": _in_value("at", "2024-02-30T00:00:00Z"),
-    "at year 1 offset": _in_value("at", "0001-01-01T00:30:00-01:00"),
-    "bin padding": _in_value("bin", "YQ="),
-    "bin chars": _in_value("bin", "!!!!"),
-    "bin space": _in_value("bin", "YQ= ="),
-    "bin excess": _in_value("bin", "YQ==YQ=="),
-    "bin lenient bits": _in_value("bin", "YR=="),
-    "bin non-ascii": _in_value("bin", "YQé="),
-}
+# Corrupted logs: every kind of bad record (batchgen.MUTATIONS), at a random place
 
 
 @SETTINGS

@@ -14,8 +14,7 @@ from deltamv.changelog.events import EVENT_SCHEMA
 from deltamv.changelog.format import normalise_value, read_segment, values_to_arrow
 from deltamv.changelog.segments import Segment, list_segments
 from deltamv.errors import BadRecordError
-
-from .conftest import TABLES, commit, put, resolved, write_segment
+from tests.helpers.changelog import TABLES, commit, put, resolved, write_segment
 
 ORDER = {
     "id": 1,

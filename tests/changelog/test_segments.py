@@ -8,8 +8,7 @@ from hypothesis import strategies as st
 
 from deltamv.changelog.segments import Segment, SeqRuns, list_segments, scan_region
 from deltamv.errors import BadRecordError, DeltaMVError
-
-from .conftest import resolved, write_segment
+from tests.helpers.changelog import resolved, write_segment
 
 
 def test_lists_regions_and_segments_in_seq_order(changelog: Path) -> None:

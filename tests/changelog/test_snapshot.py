@@ -15,8 +15,7 @@ from pyspark.errors import PySparkException
 from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_arrow, snapshot_tables
 from deltamv.errors import BadRecordError, DeltaMVError
 from deltamv.errors import unwire as bad_record_from_exception
-
-from .conftest import TABLES
+from tests.helpers.changelog import TABLES
 
 
 def make_snapshot(root: Path, ts: int = 42) -> Path:

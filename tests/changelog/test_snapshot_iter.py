@@ -18,8 +18,7 @@ from deltamv.changelog.snapshot import iter_snapshot, read_snapshot_file, snapsh
 from deltamv.errors import BadRecordError
 from deltamv.schema import TableSchema
 
-from .batchgen import TABLES, dumps, row_strategy
-from .test_batch import MUTATIONS, SETTINGS, Raw
+from .batchgen import MUTATIONS, SETTINGS, TABLES, Raw, dumps, row_strategy
 
 SCHEMA = TABLES["wide"]
 

@@ -12,45 +12,25 @@ from deltamv import tso
 from deltamv.check.invariants import check_job
 from deltamv.cli import main
 from deltamv.config import load_config
+from deltamv.sim import job_toml
 from deltamv.sim.truth import Truth, TruthRow, TruthTxn
-
-from .tables import commit_version
+from deltamv.sim.workloads import Bank
+from tests.helpers import bank
+from tests.helpers.views import commit_version
 
 T0 = tso.compose(1_700_000_000_000)
 TOTALS = pa.schema([("total", pa.int64()), ("accounts", pa.int64())])
 NEGATIVE = pa.schema([("negative", pa.int64())])
 ACCOUNTS = pa.schema([("id", pa.int64()), ("balance", pa.int64())])
 
-CONFIG = """
-[job]
-name = "hand"
-changelog = "changelog"
-checkpoint = "out/_checkpoint"
-
-[tables.accounts]
-schema = "id BIGINT, owner STRING, balance BIGINT"
-primary_key = ["id"]
-
-[views.total_balance]
-sql = "SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts"
-path = "views/total_balance"
-
-[views.negative_accounts]
-sql = "SELECT COUNT(*) AS negative FROM accounts WHERE balance < 0"
-path = "views/negative_accounts"
-
-[views.balances]
-sql = "SELECT id, balance FROM accounts"
-path = "views/balances"
-
-[invariants.money_is_conserved]
-view = "total_balance"
-constant = "SELECT total FROM total_balance"
-
-[invariants.no_negative_balance]
-view = "negative_accounts"
-always = "SELECT negative = 0 FROM negative_accounts"
-"""
+CONFIG = job_toml(
+    name="hand", changelog="changelog", checkpoint="out/_checkpoint",
+    tables={"accounts": bank.ACCOUNTS}, view_dir="views",
+    views={"total_balance": bank.TOTAL_BALANCE_SQL, "negative_accounts": bank.NEGATIVE_SQL,
+           "balances": "SELECT id, balance FROM accounts"},
+    invariants={"money_is_conserved": Bank.invariants["money_is_conserved"],
+                "no_negative_balance": Bank.invariants["no_negative_balance"]},
+)  # fmt: skip
 
 
 def ts(seconds: int) -> int:

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import datetime as dt
+import decimal
 import json
 import math
 import os
@@ -10,35 +12,20 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from deltamv.delta import DataFile, commit, spark_to_arrow, write_arrow, write_dataframe
+from deltamv.delta import Replace, TableSink, spark_to_arrow, write_arrow
 from deltamv.errors import DeltaMVError
 
-from .conftest import ALL_TYPES, ALL_TYPES_DDL, all_types_rows
+from .alltypes import ALL_TYPES, ALL_TYPES_DDL, all_types_rows
 
 
-def _commit(path: str, files: list[DataFile], schema: pa.Schema = ALL_TYPES) -> None:
-    commit(
-        path,
-        schema=schema,
-        add=files,
-        replace=True,
-        app_id="t",
-        batch_id=1,
-        metadata={},
-        expected_version=None,
-    )
-
-
-def test_write_dataframe_writes_each_partition_into_the_table_folder(
-    spark: SparkSession, tmp_path
-) -> None:
+def test_write_arrow_writes_files_into_the_table_folder(tmp_path) -> None:
     path = str(tmp_path / "t")
-    df = spark.createDataFrame(all_types_rows(50), ALL_TYPES_DDL).repartition(3)
+    data = pa.Table.from_pylist(all_types_rows(50), schema=ALL_TYPES)
 
-    files = write_dataframe(df, path, schema=ALL_TYPES, prefix="b-1")
+    files = write_arrow(data, path, schema=ALL_TYPES, prefix="b-1", target_rows_per_file=20)
 
     assert sum(f.num_records for f in files) == 50
-    assert 1 <= len(files) <= 3
+    assert len(files) == 3
     for f in files:
         assert f.path.startswith("b-1-") and "/" not in f.path
         assert os.path.getsize(os.path.join(path, f.path)) == f.size
@@ -46,59 +33,45 @@ def test_write_dataframe_writes_each_partition_into_the_table_folder(
         assert json.loads(f.stats)["numRecords"] == f.num_records
 
 
-def test_spark_types_are_cast_to_the_given_schema(spark: SparkSession, tmp_path) -> None:
+def test_columns_are_taken_by_name_and_cast_to_the_given_schema(tmp_path) -> None:
     path = str(tmp_path / "t")
-    df = spark.sql(
-        "SELECT CAST(id AS INT) AS id, CAST(id AS DECIMAL(10, 1)) AS amount,"
-        " TIMESTAMP'2024-05-06 07:08:09.123456' AS at FROM range(4)"
+    data = pa.table(
+        {
+            "id": pa.array([0, 1, 2, 3], pa.int32()),
+            "amount": pa.array([decimal.Decimal(i) for i in range(4)], pa.decimal128(10, 1)),
+            "at": pa.array([dt.datetime(2024, 5, 6, 7, 8, 9, 123456)] * 4, pa.timestamp("us")),
+        }
     )
     schema = pa.schema(
         [("at", pa.timestamp("us", tz="UTC")), ("id", pa.int64()), ("amount", pa.decimal128(18, 2))]
     )
 
-    files = write_dataframe(df, path, schema=schema, prefix="p")
+    files = write_arrow(data, path, schema=schema, prefix="p")
 
     table = pa.concat_tables(pq.read_table(os.path.join(path, f.path)) for f in files)
     assert table.schema.remove_metadata() == schema
     assert sorted(table.column("id").to_pylist()) == [0, 1, 2, 3]
 
 
-def test_a_cast_that_loses_data_fails_the_write(spark: SparkSession, tmp_path) -> None:
-    df = spark.sql("SELECT CAST(1.25 AS DECIMAL(10, 2)) AS x")
-    with pytest.raises(Exception, match=r"ArrowInvalid|Rescaling"):
-        write_dataframe(
-            df, str(tmp_path / "t"), schema=pa.schema([("x", pa.decimal128(10, 1))]), prefix="p"
-        )
+def test_a_cast_that_loses_data_fails_the_write(tmp_path) -> None:
+    data = pa.table({"x": pa.array([decimal.Decimal("1.25")], pa.decimal128(10, 2))})
+    with pytest.raises(pa.ArrowInvalid, match="Rescaling"):
+        write_arrow(data, str(tmp_path / "t"), schema=pa.schema([("x", pa.decimal128(10, 1))]),
+                    prefix="p")  # fmt: skip
 
 
-def test_an_empty_dataframe_writes_no_file(spark: SparkSession, tmp_path) -> None:
-    df = spark.createDataFrame([], "id BIGINT")
-    assert (
-        write_dataframe(df, str(tmp_path / "t"), schema=pa.schema([("id", pa.int64())]), prefix="p")
-        == []
-    )
-
-
-def test_files_roll_over_at_the_target_row_count(spark: SparkSession, tmp_path) -> None:
-    df = spark.range(0, 25, numPartitions=1)
-    files = write_dataframe(
-        df,
-        str(tmp_path / "t"),
-        schema=pa.schema([("id", pa.int64())]),
-        prefix="p",
-        target_rows_per_file=10,
-    )
-    assert sorted(f.num_records for f in files) == [5, 10, 10]
-    assert len({f.path for f in files}) == 3
+def test_no_rows_write_no_file(tmp_path) -> None:
+    schema = pa.schema([("id", pa.int64())])
+    assert write_arrow(schema.empty_table(), str(tmp_path / "t"), schema=schema, prefix="p") == []
+    assert not (tmp_path / "t").exists()
 
 
 def test_stats_are_the_bounds_delta_readers_parse(tmp_path) -> None:
     path = str(tmp_path / "t")
     rows = all_types_rows(30)
-    files = write_arrow(
-        pa.Table.from_pylist(rows, schema=ALL_TYPES), path, schema=ALL_TYPES, prefix="a"
-    )
-    _commit(path, files)
+    sink = TableSink(path, ALL_TYPES, layout=["id"], app_id="t", metadata={})
+    sink.commit(1, Replace(pa.Table.from_pylist(rows, schema=ALL_TYPES)), metadata={},
+                expected_version=None)  # fmt: skip
 
     (parsed,) = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
     assert parsed["num_records"] == 30

@@ -13,39 +13,36 @@ from deltalake import DeltaTable, write_deltalake
 from pyspark.sql import SparkSession
 
 from deltamv.delta import (
+    Replace,
+    TableSink,
     arrow_schema,
     arrow_to_spark,
-    commit,
     file_uris,
     read_arrow,
     read_spark,
     version_at_watermark,
     versions,
-    write_dataframe,
 )
 from deltamv.errors import DeltaMVError
 
-from .conftest import ALL_TYPES, ALL_TYPES_DDL, all_types_rows
+from .alltypes import ALL_TYPES, ALL_TYPES_DDL, all_types_rows
 
 JOB = "all_types"
 
 
 @pytest.fixture(scope="module")
-def history_table(spark: SparkSession, tmp_path_factory) -> tuple[str, list[list[dict]]]:
-    """A table with four versions written through Spark; returns it and each version's rows."""
+def history_table(tmp_path_factory) -> tuple[str, list[list[dict]]]:
+    """A table with four versions committed as the job commits them; returns it and each
+    version's rows."""
     path = str(tmp_path_factory.mktemp("read") / "all_types")
     contents = [all_types_rows(20), all_types_rows(5, start=100), [], all_types_rows(8, start=7)]
+    sink = TableSink(path, ALL_TYPES, layout=["id"], app_id=f"deltamv-{JOB}",
+                     metadata={"deltamv.job": JOB}, target_file_rows=12)  # fmt: skip
     for batch, rows in enumerate(contents, start=1):
-        df = spark.createDataFrame(rows, ALL_TYPES_DDL).repartition(2)
-        files = write_dataframe(df, path, schema=ALL_TYPES, prefix=f"b{batch}")
-        commit(
-            path,
-            schema=ALL_TYPES,
-            add=files,
-            replace=True,
-            app_id=f"deltamv-{JOB}",
-            batch_id=batch,
-            metadata={"deltamv.job": JOB, "deltamv.watermark": str(1000 * batch)},
+        sink.commit(
+            batch,
+            Replace(pa.Table.from_pylist(rows, schema=ALL_TYPES)),
+            metadata={"deltamv.watermark": str(1000 * batch)},
             expected_version=batch - 2 if batch > 1 else None,
         )
     return path, contents

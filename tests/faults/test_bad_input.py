@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from .conftest import (
+from tests.helpers.bank import (
     GOOD_1_2,
     GOOD_2_2,
     commit,

@@ -12,62 +12,37 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from .conftest import CONFIG, run_cli
+from tests.helpers.bank import CONFIG, TOTAL_BALANCE_SQL, run_cli
 
-VIEW_SQL = "SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts"
-
-CASES = [
-    pytest.param(
-        CONFIG.replace('name = "bank"', 'name = "bank"\nparallelism = 4'),
-        "job.parallelism",
-        "unknown key",
-        id="unknown-key",
-    ),
-    pytest.param(
-        CONFIG.replace('checkpoint = "state/_checkpoint"\n', ""),
-        "job.checkpoint",
-        "missing required key",
-        id="missing-key",
-    ),
-    pytest.param(
-        CONFIG.replace("balance BIGINT", "balance BIGNUM"),
-        "tables.accounts.schema",
-        "BIGNUM",
-        id="bad-ddl",
-    ),
-    pytest.param(
-        CONFIG.replace(VIEW_SQL, "SELECT COUNT(*) AS n FROM acounts"),
-        "views.total_balance.sql",
-        "acounts",
-        id="unknown-table",
-    ),
-    pytest.param(
-        CONFIG.replace(VIEW_SQL, "SELECT SUM(balanse) AS total FROM accounts"),
-        "views.total_balance.sql",
-        "balanse",
-        id="unknown-column",
-    ),
-    pytest.param(
-        CONFIG.replace('path = "out/views/rich"', 'path = "out/views/total_balance"'),
-        "views.rich.path",
-        "also used by views.total_balance.path",
-        id="two-views-one-path",
-    ),
-    pytest.param(
-        CONFIG.replace("[maintenance]", "") + '\n[maintenance]\nvacuum_retention = "a week"\n',
-        "maintenance.vacuum_retention",
-        "a week",
-        id="bad-maintenance-value",
-    ),
-]
+# id: (the config's text -> the bad text, the key named, a part of the reason)
+CASES = {
+    "unknown-key": (('name = "bank"', 'name = "bank"\nparallelism = 4'), "job.parallelism",
+                    "unknown key"),
+    "missing-key": (('checkpoint = "state/_checkpoint"\n', ""), "job.checkpoint",
+                    "missing required key"),
+    "bad-ddl": (("balance BIGINT", "balance BIGNUM"), "tables.accounts.schema", "BIGNUM"),
+    "unknown-table": ((TOTAL_BALANCE_SQL, "SELECT COUNT(*) AS n FROM acounts"),
+                      "views.total_balance.sql", "acounts"),
+    "unknown-column": ((TOTAL_BALANCE_SQL, "SELECT SUM(balanse) AS total FROM accounts"),
+                       "views.total_balance.sql", "balanse"),
+    "two-views-one-path": (('path = "out/views/rich"', 'path = "out/views/total_balance"'),
+                           "views.rich.path", "also used by views.total_balance.path"),
+    "bad-maintenance-value": (("", '\n[maintenance]\nvacuum_retention = "a week"\n'),
+                              "maintenance.vacuum_retention", "a week"),
+}  # fmt: skip
 
 
-@pytest.mark.parametrize(("text", "key", "reason"), CASES)
+def bad_config(change: tuple[str, str]) -> str:
+    old, new = change
+    return CONFIG + new if not old else CONFIG.replace(old, new)
+
+
+@pytest.mark.parametrize(("change", "key", "reason"), CASES.values(), ids=CASES.keys())
 def test_config_error_names_the_key_before_anything_is_read(
-    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, key: str,
-    reason: str,
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], change: tuple[str, str],
+    key: str, reason: str,
 ) -> None:  # fmt: skip
-    (tmp_path / "config.toml").write_text(text)
+    (tmp_path / "config.toml").write_text(bad_config(change))
     code, error = run_cli(tmp_path, capsys)
     assert code == 1
     assert error is not None and f"{key}: " in error and reason in error, error

@@ -15,8 +15,7 @@ from deltamv import delta
 from deltamv.config import load_config
 from deltamv.errors import CommitConflictError
 from deltamv.job import ViewJob
-
-from .conftest import CONFIG, GOOD_1_2, GOOD_2_2, run_cli, segment, view_state
+from tests.helpers.bank import CONFIG, GOOD_1_2, GOOD_2_2, run_cli, segment, view_state
 
 FOREIGN_APPEND = """
 import sys, pyarrow.parquet as pq

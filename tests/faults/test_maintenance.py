@@ -13,8 +13,7 @@ from deltamv.config import load_config
 from deltamv.delta import housekeeping
 from deltamv.errors import ConfigError
 from deltamv.job import ViewJob
-
-from .conftest import CONFIG, commit, lines, put, resolved, segment, totals
+from tests.helpers.bank import CONFIG, commit, lines, put, resolved, segment, totals
 
 
 def transfer(bank: Path, seq: int, ts: int) -> None:

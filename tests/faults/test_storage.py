@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from .conftest import GOOD_1_2, GOOD_2_2, rich_ids, run_cli, segment, totals, view_state
+from tests.helpers.bank import GOOD_1_2, GOOD_2_2, rich_ids, run_cli, segment, totals, view_state
 
 FIRST = {"total_balance": [115], "rich": [115]}
 AFTER = {"total_balance": [115, 140], "rich": [115, 140]}

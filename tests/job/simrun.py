@@ -83,7 +83,7 @@ class SimJob:
         return out
 
     def assert_latest_is_global_watermark(self) -> None:
-        """CONTRACT 6: after --once, each view's latest version has the global watermark."""
+        """docs/guarantees.md: after --once, each view's latest version has the global watermark."""
         expected = max(self.reference.global_watermark(), self.reference.start_ts)
         start = self.reference.start_ts
         for name, latest in self.latest_watermarks().items():

@@ -13,27 +13,21 @@ from deltamv import delta
 from deltamv.config import load_config
 from deltamv.errors import BadRecordError, ConfigError
 from deltamv.job import ViewJob
-from tests.faults.conftest import CONFIG, commit, lines, put
-from tests.faults.conftest import segment as write_segment
-
-
-def segment(root: Path, region: int, seq: int, events: list[dict[str, Any]] | str) -> Path:
-    return write_segment(root, region, seq, events if isinstance(events, str) else lines(events))
+from tests.helpers.bank import (
+    CONFIG,
+    GOOD_1_2,
+    GOOD_2_2,
+    TOTAL_BALANCE_SQL,
+    lines,
+    resolved,
+    segment,
+    write_start,
+)
 
 
 @pytest.fixture
 def bank(tmp_path: Path) -> Path:
-    (tmp_path / "config.toml").write_text(CONFIG)
-    segment(tmp_path, 1, 1, [
-        {"region": 1, "type": "INITIALIZED", "start_key": "", "end_key": "accounts/0005"},
-        put(1, 100, 1, 100), put(1, 100, 2, 100), commit(1, 100, 110, 1),
-        {"region": 1, "type": "RESOLVED", "ts": 120},
-    ])  # fmt: skip
-    segment(tmp_path, 2, 1, [
-        {"region": 2, "type": "INITIALIZED", "start_key": "accounts/0005", "end_key": ""},
-        put(2, 100, 7, 100), commit(2, 100, 110, 7), {"region": 2, "type": "RESOLVED", "ts": 115},
-    ])  # fmt: skip
-    return tmp_path
+    return write_start(tmp_path)
 
 
 def rows(spark: Any, path: Path, version: int | None = None) -> Any:
@@ -50,18 +44,8 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
     assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
 
     # A transfer of 50 from account 1 to 7, split over both regions; then run again.
-    segment(
-        bank,
-        1,
-        2,
-        [put(1, 130, 1, 50), commit(1, 130, 131, 1), {"region": 1, "type": "RESOLVED", "ts": 150}],
-    )
-    segment(
-        bank,
-        2,
-        2,
-        [put(2, 130, 7, 150), commit(2, 130, 131, 7), {"region": 2, "type": "RESOLVED", "ts": 140}],
-    )
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
     ViewJob(config, spark).run(once=True)
     versions = delta.versions(str(total))
     assert [v.watermark for v in versions] == [115, 140]
@@ -78,12 +62,7 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
 
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:
     config = load_config(bank / "config.toml")
-    bad = segment(
-        bank,
-        2,
-        2,
-        '{"region": 2, "type": "RESOLVED", "ts": 140}\n{"region": 2, "type": "RESOLVED", "ts": 139}\n',
-    )
+    bad = segment(bank, 2, 2, lines([resolved(2, 140), resolved(2, 139)]))
     with pytest.raises(BadRecordError) as info:
         ViewJob(config, spark).run(once=True)
     assert (info.value.file, info.value.line) == (str(bad), 2)
@@ -92,7 +71,7 @@ def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) 
     assert delta.table_version(str(bank / "out" / "views" / "total_balance")) is None
 
     # Repaired (the upstream fixed the segment): the job resumes from where it stood.
-    bad.write_text('{"region": 2, "type": "RESOLVED", "ts": 140}\n')
+    bad.write_text(lines([resolved(2, 140)]))
     ViewJob(config, spark).run(once=True)
     assert [v.watermark for v in delta.versions(str(bank / "out" / "views" / "total_balance"))] == [
         120
@@ -110,7 +89,7 @@ def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) 
 def test_view_sql_errors_name_the_key_before_reading(
     spark: Any, bank: Path, sql: str, message: str
 ) -> None:
-    text = CONFIG.replace("SELECT SUM(balance) AS total, COUNT(*) AS accounts FROM accounts", sql)
+    text = CONFIG.replace(TOTAL_BALANCE_SQL, sql)
     (bank / "config.toml").write_text(text)
     with pytest.raises(ConfigError) as info:
         ViewJob(load_config(bank / "config.toml"), spark).run(once=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-
-from tests.delta.test_local_cluster import _remove_worker_dir
 
 SCRIPT = textwrap.dedent(
     """
@@ -58,3 +58,19 @@ def test_oracle_with_executors_in_separate_processes(tmp_path: Path) -> None:
     _remove_worker_dir(out.stdout)
     assert out.returncode == 0, out.stderr[-4000:]
     assert out.stdout.strip().startswith("OK"), out.stdout
+
+
+def _remove_worker_dir(stdout: str) -> None:
+    """Remove the executors' work folder this run left inside the pyspark package.
+
+    local-cluster workers ignore SPARK_WORKER_DIR and write to $SPARK_HOME/work/<app id>.
+    """
+    import pyspark
+
+    for line in stdout.splitlines():
+        if line.startswith("OK app-"):
+            home = os.environ.get("SPARK_HOME") or os.path.dirname(pyspark.__file__)
+            work = os.path.join(home, "work")
+            shutil.rmtree(os.path.join(work, line.split()[1]), ignore_errors=True)
+            with contextlib.suppress(OSError):
+                os.rmdir(work)

@@ -1,1 +1,1 @@
-"""The change log (CONTRACT sections 2 and 3): the only package that parses its format."""
+"""The change log and snapshots (docs/changelog-format.md): the only package that parses them."""

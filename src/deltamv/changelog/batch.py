@@ -6,7 +6,7 @@ segments, Parquet through ``pyarrow.parquet``) into :data:`CONTROL_SCHEMA` event
 per table, the row values as typed Arrow columns. It accepts and rejects exactly what
 ``format.read_segment`` (the reference path) does, with the same ``BadRecordError``:
 
-- The fast path checks every rule of CONTRACT section 2 that the reference path checks,
+- The fast path checks every rule of docs/changelog-format.md that the reference path checks,
   column by column (``_typed``), and checks the bytes for what pyarrow's reader
   forgives (blank lines, two objects on a line, NaN, invalid UTF-8...).
 - A segment the fast path rejects, or cannot decide about, is parsed again from the

@@ -1,4 +1,4 @@
-"""Parsing and validating segment files into event batches (CONTRACT.md section 2).
+"""Parsing and validating segment files into event batches (docs/changelog-format.md).
 
 Every check here is stateless: it looks at one record at a time (plus the segment's
 region). Checks that need history (a COMMIT without its PREWRITE, a RESOLVED going
@@ -13,7 +13,6 @@ else as given. :func:`values_to_arrow` turns such texts into typed columns.
 from __future__ import annotations
 
 import base64
-import binascii
 import contextlib
 import datetime as dt
 import decimal
@@ -112,113 +111,149 @@ _SCAN_DECIMAL = json.scanner.make_scanner(  # type: ignore[attr-defined]
 
 def _column_checker(col: Column) -> Callable[[Any], Any]:
     """A function returning the normalised JSON value, or raising RowValueError."""
-    name, kind = col.name, col.kind
+    kind = "integer" if col.kind in INTEGER_RANGES else col.kind
+    make = _CHECKERS.get(kind)
+    if make is None:
+        raise AssertionError(f"unhandled column kind {col.kind}")
+    return make(col, _complaint(col))
+
+
+Complaint = Callable[[Any, str], RowValueError]
+
+
+def _complaint(col: Column) -> Complaint:
+    """The error for a value of ``col`` that is not what it should be."""
 
     def bad(value: Any, expected: str) -> RowValueError:
-        return RowValueError(f"column {name!r} ({col.ddl_type}): {_short(value)} is not {expected}")
+        return RowValueError(
+            f"column {col.name!r} ({col.ddl_type}): {_short(value)} is not {expected}"
+        )
 
-    if kind in INTEGER_RANGES:
-        lo, hi = INTEGER_RANGES[kind]
+    return bad
 
-        def check_int(v: Any) -> Any:
-            if type(v) is int and lo <= v <= hi:
-                return v
-            raise bad(v, f"an integer in [{lo}, {hi}]")
 
-        return check_int
-    if kind in ("float", "double"):
-        limit = _FLOAT32_MAX if kind == "float" else math.inf
+def _int_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+    lo, hi = INTEGER_RANGES[col.kind]
 
-        def check_float(v: Any) -> Any:
-            t = type(v)
-            if t is float or t is int or t is Decimal:
-                f = float(v)
-                if math.isfinite(f) and abs(f) <= limit:
-                    return f if t is Decimal else v
-            raise bad(v, "a finite JSON number in range")
+    def check_int(v: Any) -> Any:
+        if type(v) is int and lo <= v <= hi:
+            return v
+        raise bad(v, f"an integer in [{lo}, {hi}]")
 
-        return check_float
-    if kind == "decimal":
-        quantum = Decimal(1).scaleb(-col.scale)
-        max_digits = col.precision
-        zero = format(Decimal(0).quantize(quantum), "f")
+    return check_int
 
-        def check_decimal(v: Any) -> Any:
-            t = type(v)
-            if t is str:
-                if not _DECIMAL_TEXT.match(v):
-                    raise bad(v, "a decimal number")
-                d = Decimal(v)
-            elif t is int or t is Decimal:
-                d = Decimal(v)
-            elif t is float:
-                d = Decimal(repr(v))
-            else:
-                raise bad(v, "a decimal number or numeric string")
-            try:
-                q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
-            except InvalidOperation:
-                raise bad(v, f"a DECIMAL({col.precision},{col.scale})") from None
-            if q == 0:
-                return zero
-            if q != d or len(q.as_tuple().digits) > max_digits:
-                raise bad(v, f"a DECIMAL({col.precision},{col.scale}) without rounding")
-            return format(q, "f")
 
-        return check_decimal
-    if kind == "string":
+def _float_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+    limit = _FLOAT32_MAX if col.kind == "float" else math.inf
 
-        def check_str(v: Any) -> Any:
+    def check_float(v: Any) -> Any:
+        t = type(v)
+        if t is float or t is int or t is Decimal:
+            f = float(v)
+            if math.isfinite(f) and abs(f) <= limit:
+                return f if t is Decimal else v
+        raise bad(v, "a finite JSON number in range")
+
+    return check_float
+
+
+def _decimal_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+    quantum = Decimal(1).scaleb(-col.scale)
+    max_digits = col.precision
+    zero = format(Decimal(0).quantize(quantum), "f")
+
+    def check_decimal(v: Any) -> Any:
+        t = type(v)
+        if t is str:
+            if not _DECIMAL_TEXT.match(v):
+                raise bad(v, "a decimal number")
+            d = Decimal(v)
+        elif t is int or t is Decimal:
+            d = Decimal(v)
+        elif t is float:
+            d = Decimal(repr(v))
+        else:
+            raise bad(v, "a decimal number or numeric string")
+        try:
+            q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
+        except InvalidOperation:
+            raise bad(v, f"a DECIMAL({col.precision},{col.scale})") from None
+        if q == 0:
+            return zero
+        if q != d or len(q.as_tuple().digits) > max_digits:
+            raise bad(v, f"a DECIMAL({col.precision},{col.scale}) without rounding")
+        return format(q, "f")
+
+    return check_decimal
+
+
+def _string_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+    def check_str(v: Any) -> Any:
+        if type(v) is str:
+            return v
+        raise bad(v, "a string")
+
+    return check_str
+
+
+def _bool_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+    def check_bool(v: Any) -> Any:
+        if v is True or v is False:
+            return v
+        raise bad(v, "a boolean")
+
+    return check_bool
+
+
+def _text_checker(
+    expected: str, parse: Callable[[str], object]
+) -> Callable[[Column, Complaint], Callable[[Any], Any]]:
+    """The checker maker of a kind written as text that ``parse`` accepts (it raises
+    ValueError otherwise); the value stays the text."""
+
+    def make(col: Column, bad: Complaint) -> Callable[[Any], Any]:
+        def check_text(v: Any) -> Any:
             if type(v) is str:
-                return v
-            raise bad(v, "a string")
-
-        return check_str
-    if kind == "boolean":
-
-        def check_bool(v: Any) -> Any:
-            if v is True or v is False:
-                return v
-            raise bad(v, "a boolean")
-
-        return check_bool
-    if kind == "date":
-
-        def check_date(v: Any) -> Any:
-            if type(v) is str and len(v) == 10 and v[4] == "-" and v[7] == "-":
                 try:
-                    dt.date.fromisoformat(v)
+                    parse(v)
                     return v
                 except ValueError:
                     pass
-            raise bad(v, 'a date "YYYY-MM-DD"')
+            raise bad(v, expected)
 
-        return check_date
-    if kind == "timestamp":
+        return check_text
 
-        def check_ts(v: Any) -> Any:
-            if type(v) is str and len(v) >= 10:
-                try:
-                    _parse_timestamp(v)
-                    return v
-                except ValueError:
-                    pass
-            raise bad(v, "an ISO-8601 timestamp string")
+    return make
 
-        return check_ts
-    if kind == "binary":
 
-        def check_binary(v: Any) -> Any:
-            if type(v) is str:
-                try:
-                    base64.b64decode(v, validate=True)
-                    return v
-                except (binascii.Error, ValueError):
-                    pass
-            raise bad(v, "base64 text")
+def _parse_date(text: str) -> dt.date:
+    if len(text) != 10 or text[4] != "-" or text[7] != "-":  # fromisoformat takes more
+        raise ValueError(text)
+    return dt.date.fromisoformat(text)
 
-        return check_binary
-    raise AssertionError(f"unhandled column kind {kind}")
+
+def _parse_timestamp_text(text: str) -> dt.datetime:
+    if len(text) < 10:
+        raise ValueError(text)
+    return _parse_timestamp(text)
+
+
+def _parse_base64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)  # binascii.Error is a ValueError
+
+
+# A column kind (every integer kind is "integer") -> the maker of its checker.
+_CHECKERS: dict[str, Callable[[Column, Complaint], Callable[[Any], Any]]] = {
+    "integer": _int_checker,
+    "float": _float_checker,
+    "double": _float_checker,
+    "decimal": _decimal_checker,
+    "string": _string_checker,
+    "boolean": _bool_checker,
+    "date": _text_checker('a date "YYYY-MM-DD"', _parse_date),
+    "timestamp": _text_checker("an ISO-8601 timestamp string", _parse_timestamp_text),
+    "binary": _text_checker("base64 text", _parse_base64),
+}
 
 
 def _parse_timestamp(text: str) -> dt.datetime:
@@ -325,6 +360,20 @@ class _Columns:
 
     def add(self, rec: Any) -> None:
         """Validate one decoded record and append it; raises _Bad."""
+        etype = self._event_type(rec)
+        row: tuple[Any, ...]
+        if etype == RESOLVED:
+            row = (etype, None, None, _int_field(rec, "ts", etype), *_NO_FIELDS[:10])
+        elif etype == INITIALIZED:
+            row = _initialized(rec)
+        elif etype in _ROW_TYPES:
+            row = self._row_event(rec, etype)
+        else:  # RETIRED: nothing but region and type
+            row = (etype, *_NO_FIELDS)
+        self.rows.append(row)
+
+    def _event_type(self, rec: Any) -> str:
+        """The record's type, once it is an object of this segment's region."""
         if type(rec) is not dict:
             raise _Bad(f"event is not a JSON object: {_short(rec)}")
         region = rec.get("region")
@@ -341,61 +390,29 @@ class _Columns:
             raise _Bad(
                 f"unknown event type {_short(etype)} (valid: {', '.join(sorted(EVENT_TYPES))})"
             )
-        start_ts = commit_ts = ts = None
-        table = key = op = value = old_value = start_key = end_key = primary = None
-        parents: list[int] | None = None
-        large: bool | None = None
-        if etype == RESOLVED:
-            ts = _int_field(rec, "ts", etype)
-        elif etype == INITIALIZED:
-            start_key = _str_field(rec, "start_key", etype)
-            end_key = _str_field(rec, "end_key", etype)
-            p = rec.get("parents")
-            if p is not None:
-                if type(p) is not list or not all(
-                    type(x) is int and 0 <= x <= _INT64_MAX for x in p
-                ):
-                    raise _Bad(f"field 'parents' must be a list of region ids, got {_short(p)}")
-                parents = p
-        elif etype in _ROW_TYPES:
-            start_ts = _int_field(rec, "start_ts", etype)
-            table = _str_field(rec, "table", etype)
-            key = _str_field(rec, "key", etype)
-            validator = self.validators.get(table)
-            if validator is None:
-                raise _Bad(
-                    f"unknown table {table!r} (declared: {', '.join(sorted(self.validators))})"
-                )
-            if etype in (COMMIT, COMMITTED):
-                commit_ts = _int_field(rec, "commit_ts", etype)
-                if commit_ts <= start_ts:
-                    raise _Bad(f"commit_ts {commit_ts} is not greater than start_ts {start_ts}")
-            if etype in (PREWRITE, COMMITTED):
-                op = rec.get("op")
-                if op == PUT:
-                    v = rec.get("value")
-                    if v is None:
-                        raise _Bad(f"{etype} PUT without required field 'value'")
-                    try:
-                        value = _encode(validator.normalise(v))
-                    except RowValueError as e:
-                        raise _Bad(f"table {table!r} key {_short(key)}: value {e}") from None
-                elif op != "DELETE" or type(op) is not str:
-                    if op is None:
-                        raise _Bad(f"{etype} event without required field 'op'")
-                    raise _Bad(f"unknown op {_short(op)} (valid: DELETE, PUT)")
-                old_value = _opt_old_value(rec)
-                if etype == PREWRITE:
-                    primary = rec.get("primary")
-                    if primary is not None and type(primary) is not str:
-                        raise _Bad(f"field 'primary' must be a string, got {_short(primary)}")
-                    large = rec.get("large")
-                    if large is not None and type(large) is not bool:
-                        raise _Bad(f"field 'large' must be a boolean, got {_short(large)}")
-        self.rows.append(
-            (etype, start_ts, commit_ts, ts, table, key, op, value, old_value,
-             start_key, end_key, parents, primary, large)
-        )  # fmt: skip
+        return etype
+
+    def _row_event(self, rec: dict[str, Any], etype: str) -> tuple[Any, ...]:
+        """The fields of a PREWRITE, COMMIT, ROLLBACK or COMMITTED, checked in order."""
+        start_ts = _int_field(rec, "start_ts", etype)
+        table = _str_field(rec, "table", etype)
+        key = _str_field(rec, "key", etype)
+        validator = self.validators.get(table)
+        if validator is None:
+            raise _Bad(f"unknown table {table!r} (declared: {', '.join(sorted(self.validators))})")
+        commit_ts = None
+        if etype in (COMMIT, COMMITTED):
+            commit_ts = _int_field(rec, "commit_ts", etype)
+            if commit_ts <= start_ts:
+                raise _Bad(f"commit_ts {commit_ts} is not greater than start_ts {start_ts}")
+        op = value = old_value = primary = large = None
+        if etype in (PREWRITE, COMMITTED):
+            op, value = _change(rec, etype, table, key, validator)
+            old_value = _opt_old_value(rec)
+            if etype == PREWRITE:
+                primary, large = _lock_hints(rec)
+        return (etype, start_ts, commit_ts, None, table, key, op, value, old_value,
+                None, None, None, primary, large)  # fmt: skip
 
     def to_table(self, segment: Segment) -> pa.Table:
         n = len(self.rows)
@@ -415,6 +432,50 @@ class _Columns:
 
 
 _ROW_TYPES = frozenset({PREWRITE, COMMIT, ROLLBACK, COMMITTED})
+_NO_FIELDS = (None,) * 13  # every EVENT_SCHEMA field after ``type``, absent
+
+
+def _initialized(rec: dict[str, Any]) -> tuple[Any, ...]:
+    start_key = _str_field(rec, "start_key", INITIALIZED)
+    end_key = _str_field(rec, "end_key", INITIALIZED)
+    parents = rec.get("parents")
+    if parents is not None and (
+        type(parents) is not list
+        or not all(type(x) is int and 0 <= x <= _INT64_MAX for x in parents)
+    ):
+        raise _Bad(f"field 'parents' must be a list of region ids, got {_short(parents)}")
+    return (INITIALIZED, *_NO_FIELDS[:8], start_key, end_key, parents, None, None)
+
+
+def _change(
+    rec: dict[str, Any], etype: str, table: str, key: str, validator: _TableValidator
+) -> tuple[str, str | None]:
+    """``op`` and the normalised ``value`` of a PREWRITE or COMMITTED."""
+    op = rec.get("op")
+    if op == PUT:
+        v = rec.get("value")
+        if v is None:
+            raise _Bad(f"{etype} PUT without required field 'value'")
+        try:
+            return PUT, _encode(validator.normalise(v))
+        except RowValueError as e:
+            raise _Bad(f"table {table!r} key {_short(key)}: value {e}") from None
+    if op != "DELETE" or type(op) is not str:
+        if op is None:
+            raise _Bad(f"{etype} event without required field 'op'")
+        raise _Bad(f"unknown op {_short(op)} (valid: DELETE, PUT)")
+    return op, None
+
+
+def _lock_hints(rec: dict[str, Any]) -> tuple[str | None, bool | None]:
+    """A PREWRITE's optional ``primary`` and ``large``."""
+    primary = rec.get("primary")
+    if primary is not None and type(primary) is not str:
+        raise _Bad(f"field 'primary' must be a string, got {_short(primary)}")
+    large = rec.get("large")
+    if large is not None and type(large) is not bool:
+        raise _Bad(f"field 'large' must be a boolean, got {_short(large)}")
+    return primary, large
 
 
 def _needs_decimal(validators: Mapping[str, _TableValidator]) -> bool:

@@ -1,4 +1,4 @@
-"""Finding a change log's segment files (CONTRACT.md section 2).
+"""Finding a change log's segment files (docs/changelog-format.md, "Layout").
 
 ``<changelog>/region-<id>/<seq>.jsonl`` (or ``.parquet``). Names starting with ``.``
 or ``_`` are writes in progress (or other tooling's files) and are never read.

@@ -1,4 +1,4 @@
-"""Reading an upstream snapshot (CONTRACT.md section 3).
+"""Reading an upstream snapshot (docs/changelog-format.md, "Snapshot").
 
 ``<snapshot>/_snapshot.json`` holds ``{"ts": <int>}``; ``<snapshot>/<table>/`` holds the
 table's rows at ``ts`` as ``*.parquet`` or ``*.jsonl`` files (names starting with ``.``

@@ -2,7 +2,7 @@
 
 Options:
 
-- ``path``: the change-log directory (CONTRACT.md section 2).
+- ``path``: the change-log directory (docs/changelog-format.md).
 - ``tables``: JSON object ``{"<table>": "<Spark DDL>"}``, the declared source tables;
   every row value is checked against its table's schema.
 - ``maxSegmentsPerTrigger`` (optional): at most this many segments per micro-batch,

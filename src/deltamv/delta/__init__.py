@@ -1,18 +1,18 @@
 """The Delta layer: the only package of deltamv that talks to ``deltalake`` (delta-rs).
 
-Executors write Parquet files into a table's folder (:mod:`.files`), the driver commits
-them as one atomic, idempotent Delta commit per view version (:mod:`.commit`), and
-readers read exactly one version's files (:mod:`.read`). A :class:`TableSink`
-(:mod:`.sink`) turns a batch's change to a table (a Z-set of rows, a replacement, or
-nothing) into one commit that rewrites only the files the change touches, through one
-:class:`DeltaTableHandle` (:mod:`.table`) per table and the key-range file layout of
-:mod:`.layout`.
+A :class:`TableSink` (:mod:`.sink`) turns a batch's change to a table (a Z-set of rows,
+a replacement, or nothing) into one atomic, idempotent Delta commit that rewrites only
+the files the change touches, through one :class:`DeltaTableHandle` (:mod:`.table`) per
+table and the key-range file layout of :mod:`.layout`; the files themselves are written
+by :mod:`.files`. What a commit carries (job, watermark, batch) is in :mod:`.commit`;
+readers read exactly one version's files (:mod:`.read`); :mod:`.housekeeping` writes log
+checkpoints and vacuums without adding a version.
 """
 
 from __future__ import annotations
 
-from deltamv.delta.commit import CommitResult, commit, committed_batch, owner_of, table_version
-from deltamv.delta.files import DataFile, write_arrow, write_dataframe
+from deltamv.delta.commit import CommitResult, committed_batch, owner_of, table_version
+from deltamv.delta.files import DataFile, write_arrow
 from deltamv.delta.layout import DEFAULT_TARGET_FILE_ROWS, FileRange, KeyRangeLayout
 from deltamv.delta.read import (
     VersionInfo,
@@ -44,7 +44,6 @@ __all__ = [
     "VersionInfo",
     "arrow_schema",
     "arrow_to_spark",
-    "commit",
     "committed_batch",
     "file_uris",
     "owner_of",
@@ -55,5 +54,4 @@ __all__ = [
     "version_at_watermark",
     "versions",
     "write_arrow",
-    "write_dataframe",
 ]

@@ -1,37 +1,28 @@
-"""Commits: one version of a view is exactly one Delta commit.
+"""What a deltamv commit carries, and what a table says about who committed to it.
 
-The driver commits files that :mod:`deltamv.delta.files` wrote. A commit is atomic
-(readers see all of its files or none), carries the job's app transaction
-``(app_id, batch_id)`` and commit metadata, and is exactly-once per ``(app_id, batch_id)``
-(a replayed batch is recognised and skipped). Commits never retry over another writer:
-if the table moved since it was read, the commit fails with CommitConflictError and
-nothing is written to the log.
+Every version a job commits (through :class:`deltamv.delta.sink.TableSink`) holds, in
+its commit info, the job's name (:data:`JOB_KEY`), the watermark of its rows
+(:data:`WATERMARK_KEY`, a decimal string) and the batch (:data:`BATCH_KEY`), and carries
+the app transaction ``(app_id, batch)`` that makes the commit idempotent. The functions
+here answer questions about a table by path without keeping a handle: its version, the
+last batch an app transaction committed, and the job that created it.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-import pyarrow as pa
-from deltalake import DeltaTable
-from deltalake import Schema as DeltaSchema
-from deltalake.transaction import (
-    AddAction,
-    CommitProperties,
-    RemoveAction,
-    Transaction,
-    create_table_with_add_actions,
-)
+from deltamv.delta._table import open_table, translate_errors
 
-from deltamv.delta._table import check_plain_parquet, open_table, translate_errors
-from deltamv.delta.files import DataFile
-from deltamv.delta.schema import delta_fields
-from deltamv.delta.table import describe_fields
-from deltamv.errors import CommitConflictError, StorageError
-
-__all__ = ["CommitResult", "commit", "committed_batch", "owner_of", "table_version"]
+__all__ = [
+    "BATCH_KEY",
+    "JOB_KEY",
+    "WATERMARK_KEY",
+    "CommitResult",
+    "committed_batch",
+    "owner_of",
+    "table_version",
+]
 
 JOB_KEY = "deltamv.job"
 WATERMARK_KEY = "deltamv.watermark"
@@ -52,74 +43,6 @@ class CommitResult:
     files_removed: int = 0
     rows_written: int = 0
     bytes_written: int = 0
-
-
-def commit(
-    table_path: str,
-    *,
-    schema: pa.Schema,
-    add: list[DataFile],
-    replace: bool,
-    app_id: str,
-    batch_id: int,
-    metadata: Mapping[str, str],
-    expected_version: int | None,
-) -> CommitResult:
-    """Commit ``add`` (and, if ``replace``, the removal of every current file) as one version.
-
-    - No table at ``table_path``: creates it; its version 0 is this commit, with
-      ``schema``. A table someone else creates meanwhile is a CommitConflictError.
-    - Idempotent: if the table's app transaction for ``app_id`` is already ``>= batch_id``
-      the batch was committed before; nothing is committed and the result is
-      ``CommitResult(<current version>, skipped=True)``. The files in ``add`` are left
-      where they are (orphans for VACUUM).
-    - ``expected_version`` (the version this job committed last): if the table is at
-      another version, someone else wrote it; CommitConflictError.
-    - ``replace=True`` removes every file of the version read and adds ``add`` in the same
-      commit (a full overwrite, atomic for every reader); ``replace=False`` appends.
-    - The table's schema must equal ``schema``; else CommitConflictError.
-    - ``metadata`` goes into the commit info (``DeltaTable.history()``) together with
-      ``deltamv.batch``; the app transaction ``(app_id, batch_id)`` is in the same commit.
-    - Any concurrent commit between reading the table and committing fails the commit
-      (no automatic retry): CommitConflictError. I/O failures: StorageError.
-    """
-    custom = {BATCH_KEY: str(batch_id), **metadata}
-    properties = CommitProperties(
-        custom_metadata=custom,
-        app_transactions=[Transaction(app_id, batch_id)],
-        max_commit_retries=0,
-    )
-    job = metadata.get(JOB_KEY, app_id)
-    table = open_table(table_path)
-    if table is None:
-        if expected_version is not None:
-            raise CommitConflictError(
-                f"table {table_path} does not exist but job {job} last committed version"
-                f" {expected_version}: another writer deleted it"
-            )
-        return _create(table_path, schema, add, properties)
-
-    with translate_errors(table_path):
-        current = table.version()
-        # Before the version check: a job that crashed after its commit but before it
-        # recorded the new version replays the batch with the older expected_version.
-        done = table.transaction_version(app_id)
-        if done is not None and done >= batch_id:
-            return CommitResult(current, skipped=True)
-        if expected_version is not None and current != expected_version:
-            raise CommitConflictError(
-                f"table {table_path} is at version {current} but job {job} last committed"
-                f" version {expected_version}: another writer committed to it"
-            )
-        _check_compatible(table, table_path, schema)
-        now = _now_ms()
-        removes = _removes(table, now) if replace else []
-        actions: list[AddAction | RemoveAction] = [*removes, *_add_actions(add, now)]
-        table.create_write_transaction(
-            actions, mode="append", schema=schema, commit_properties=properties
-        )
-    # With no retries a successful commit is exactly the version after the one read.
-    return _result(current + 1, add, len(removes))
 
 
 def committed_batch(table_path: str, app_id: str) -> int | None:
@@ -157,71 +80,3 @@ def owner_of(table_path: str) -> str | None:
     first = min(history, key=lambda h: int(h.get("version", 0)))
     job = first.get(JOB_KEY)
     return job if isinstance(job, str) else None
-
-
-def _create(
-    table_path: str, schema: pa.Schema, add: list[DataFile], properties: CommitProperties
-) -> CommitResult:
-    try:
-        with translate_errors(table_path):
-            create_table_with_add_actions(
-                table_path,
-                DeltaSchema.from_arrow(schema),
-                _add_actions(add, _now_ms()),
-                mode="error",
-                commit_properties=properties,
-            )
-    except StorageError as e:
-        # delta-rs reports "a table already exists" as a generic error: if a table is
-        # there now, another writer created it between our look and our commit.
-        if open_table(table_path) is not None:
-            raise CommitConflictError(
-                f"table {table_path} was created by another writer while this job created it"
-            ) from e
-        raise
-    return _result(0, add, 0)
-
-
-def _result(version: int, add: list[DataFile], removed: int) -> CommitResult:
-    return CommitResult(
-        version,
-        skipped=False,
-        files_added=len(add),
-        files_removed=removed,
-        rows_written=sum(f.num_records for f in add),
-        bytes_written=sum(f.size for f in add),
-    )
-
-
-def _check_compatible(table: DeltaTable, table_path: str, schema: pa.Schema) -> None:
-    check_plain_parquet(table, table_path)
-    if table.metadata().partition_columns:
-        raise CommitConflictError(
-            f"table {table_path} is partitioned by {table.metadata().partition_columns};"
-            " deltamv writes unpartitioned tables"
-        )
-    have, want = delta_fields(table.schema()), delta_fields(schema)
-    if have != want:
-        raise CommitConflictError(
-            f"table {table_path} has columns {describe_fields(have)} but this job writes"
-            f" {describe_fields(want)}"
-        )
-
-
-def _removes(table: DeltaTable, now: int) -> list[RemoveAction]:
-    # pa.table() on delta-rs' arro3 table takes ~15 ms; its C stream, ~0.1 ms.
-    files = pa.RecordBatchReader.from_stream(table.get_add_actions(flatten=True)).read_all()
-    return [
-        RemoveAction(path, True, now, size, {})
-        for path, size in zip(
-            files.column("path").to_pylist(), files.column("size_bytes").to_pylist(), strict=True
-        )
-    ]
-
-
-def _add_actions(files: list[DataFile], now: int) -> list[AddAction]:
-    return [AddAction(f.path, f.size, dict(f.partition_values), now, True, f.stats) for f in files]
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

@@ -1,15 +1,14 @@
 """Data files: Parquet written straight into a table's folder, not yet part of any version.
 
 Writing a file and committing it are separate steps. The files written here are
-invisible to Delta readers until :func:`deltamv.delta.commit` adds them; files of a
-batch that is never committed (a crash, a replayed batch) are orphans that ``VACUUM``
-removes. Every file gets a fresh name, so a retried task or a replayed batch never
+invisible to Delta readers until a commit adds them (:mod:`deltamv.delta.sink`); a sink
+deletes the files of a commit that fails, and files left by a crash are orphans that
+the vacuum removes (:mod:`deltamv.delta.housekeeping`). Every file gets a fresh name, so a retried task or a replayed batch never
 overwrites a file a version refers to.
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import uuid
@@ -19,15 +18,13 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from pyspark.sql import DataFrame
 
 from deltamv.delta._stats import StatsCollector
 from deltamv.errors import DeltaMVError, StorageError
 
-__all__ = ["DataFile", "write_arrow", "write_dataframe"]
+__all__ = ["DataFile", "conform_table", "write_arrow"]
 
 _PREFIX = re.compile(r"[A-Za-z0-9][A-Za-z0-9._=-]*")
-_META_DDL = "path STRING, size BIGINT, num_records BIGINT, stats STRING"
 _META_SCHEMA = pa.schema(
     [
         ("path", pa.string()),
@@ -52,38 +49,6 @@ class DataFile:
     partition_values: dict[str, str | None] = field(default_factory=dict)
 
 
-def write_dataframe(
-    df: DataFrame,
-    table_path: str,
-    *,
-    schema: pa.Schema,
-    prefix: str,
-    target_rows_per_file: int = 1_000_000,
-) -> list[DataFile]:
-    """Write ``df`` as Parquet files into ``table_path``; return them for a commit.
-
-    Each Spark task writes its partition's rows itself (no rows reach the driver, only
-    one small metadata row per file), so this works with executors in other processes
-    or machines that reach ``table_path``. Columns are taken from ``df`` by name and cast
-    to ``schema`` with safe casts (a cast that would lose data fails the write). An empty
-    DataFrame writes no file. Files are named ``<prefix>-<partition>-<uuid>-<n>.parquet``.
-    """
-    _check_prefix(prefix)
-    _check_target(target_rows_per_file)
-    writer = functools.partial(
-        _write_partition,
-        table_path=_normalize(table_path),
-        schema=schema,
-        prefix=prefix,
-        target_rows=target_rows_per_file,
-    )
-    rows = df.mapInArrow(writer, _META_DDL).collect()
-    return [
-        DataFile(path=r["path"], size=r["size"], num_records=r["num_records"], stats=r["stats"])
-        for r in rows
-    ]
-
-
 def write_arrow(
     data: pa.Table | pa.RecordBatch | Iterable[pa.RecordBatch],
     table_path: str,
@@ -92,10 +57,11 @@ def write_arrow(
     prefix: str,
     target_rows_per_file: int = 1_000_000,
 ) -> list[DataFile]:
-    """Write Arrow data from this process into ``table_path``; return the files written.
+    """Write Arrow data into ``table_path``; return the files written, for a commit.
 
-    The same files :func:`write_dataframe` would write, for data small enough to hold in
-    the driver. No rows, no file.
+    Columns are taken by name and cast to ``schema`` with safe casts (a cast that would
+    lose data fails the write). Files roll over at ``target_rows_per_file`` rows and are
+    named ``<prefix>-00000-<uuid>-<n>.parquet``. No rows, no file.
     """
     _check_prefix(prefix)
     _check_target(target_rows_per_file)
@@ -116,22 +82,6 @@ def write_arrow(
         for batch in metas
         for m in batch.to_pylist()
     ]
-
-
-def _write_partition(
-    batches: Iterator[pa.RecordBatch],
-    *,
-    table_path: str,
-    schema: pa.Schema,
-    prefix: str,
-    target_rows: int,
-) -> Iterator[pa.RecordBatch]:
-    """The ``mapInArrow`` function: runs on an executor; holds only picklable arguments."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    partition = context.partitionId() if context is not None else 0
-    yield from _write_files(batches, table_path, schema, prefix, partition, target_rows)
 
 
 def _write_files(
@@ -226,7 +176,6 @@ def conform_table(data: pa.Table, schema: pa.Schema) -> pa.Table:
 
 
 def _normalize(table_path: str) -> str:
-    # Executors may run elsewhere (another working directory): hand them absolute paths.
     return table_path if "://" in table_path else os.path.abspath(table_path)
 
 

@@ -1,7 +1,7 @@
 """Table housekeeping that writes no version: log checkpoints, log cleanup, vacuum.
 
 delta-rs' own ``vacuum`` commits ``VACUUM START``/``VACUUM END`` versions; those would
-carry no watermark (CONTRACT section 6 promises one on every version the job commits)
+carry no watermark (docs/guarantees.md promises one on every version the job commits)
 and would move the table past the version the job expects. So deltamv asks delta-rs
 which files a vacuum would delete (a dry run) and deletes them itself.
 """
@@ -10,22 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 
 from pyarrow import fs as pafs
 
 from deltamv.delta._table import open_table, translate_errors
 
-__all__ = ["TableHousekeeping", "checkpoint", "last_checkpoint", "recent_commits", "vacuum"]
-
-
-@dataclass(frozen=True)
-class TableHousekeeping:
-    """What one pass did to one table."""
-
-    version: int
-    checkpointed: bool
-    deleted_files: int
+__all__ = ["checkpoint", "last_checkpoint", "vacuum"]
 
 
 def last_checkpoint(table_path: str) -> int | None:
@@ -84,19 +74,6 @@ def vacuum(table_path: str, *, retention_hours: float) -> list[str]:
                 continue
         deleted.append(full)
     return deleted
-
-
-def recent_commits(table_path: str, since_version: int) -> list[dict[str, object]]:
-    """The commit infos of the versions after ``since_version``, oldest first."""
-    table = open_table(table_path)
-    if table is None:
-        return []
-    with translate_errors(table_path):
-        current = table.version()
-        if current <= since_version:
-            return []
-        history = table.history(limit=current - since_version)
-    return sorted(history, key=lambda h: int(h.get("version", 0)))
 
 
 def _uri(path: str) -> str:

@@ -1,6 +1,6 @@
 """The span frontier: from per-region resolved timestamps to the global watermark.
 
-CONTRACT section 2, points 4 and 5. Each point of the key space is resolved at the
+docs/changelog-format.md, guarantees 4 and 5. Each point of the key space is resolved at the
 highest ts any *counting* region reported for it; a region counts once it sent
 ``INITIALIZED`` and every ancestor named in ``parents`` (transitively) has been read
 through its ``RETIRED``: a successor's initial scan only re-emits what committed

@@ -6,14 +6,14 @@ import json
 import os
 import random
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from deltamv.sim.workloads import Workload
+from deltamv.sim.workloads import WORKLOAD_CLASSES, Workload
 
 _PARQUET_SCHEMA = pa.schema(
     [
@@ -88,30 +88,75 @@ class SegmentWriter:
         self.segments += 1
 
 
+def job_toml(
+    *,
+    name: str,
+    changelog: str,
+    checkpoint: str,
+    tables: Mapping[str, tuple[str, Sequence[str]]],
+    views: Mapping[str, str],
+    view_dir: str,
+    invariants: Mapping[str, tuple[str, str, str]] | None = None,
+    snapshot: str | None = None,
+    trigger_interval: str | None = None,
+    spark_master: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
+    comment: str | None = None,
+) -> str:
+    """A job config (docs/config.md) as TOML text.
+
+    ``tables``: name -> (DDL, primary key); ``views``: name -> SQL, each written to
+    ``<view_dir>/<name>``; ``invariants``: name -> (view, kind, SQL) with kind
+    ``constant`` or ``always``. Paths are written as given (relative ones resolve against
+    the config file's folder).
+    """
+    lines = [f"# {line}" for line in (comment or "").splitlines()]
+    lines += ["[job]", f"name = {dumps(name)}", f"changelog = {dumps(changelog)}"]
+    if snapshot is not None:
+        lines.append(f"snapshot = {dumps(snapshot)}")
+    lines.append(f"checkpoint = {dumps(checkpoint)}")
+    if trigger_interval is not None:
+        lines.append(f"trigger_interval = {dumps(trigger_interval)}")
+    lines.append("")
+    for table, (ddl, pk) in tables.items():
+        lines += [f"[tables.{table}]", f"schema = {dumps(ddl)}",
+                  f"primary_key = {dumps(list(pk))}", ""]  # fmt: skip
+    for view, sql in views.items():
+        lines += [f"[views.{view}]", f"sql = {dumps(sql)}",
+                  f"path = {dumps(f'{view_dir}/{view}')}", ""]  # fmt: skip
+    for inv, (view, kind, sql) in (invariants or {}).items():
+        lines += [f"[invariants.{inv}]", f"view = {dumps(view)}", f"{kind} = {dumps(sql)}", ""]
+    if spark_master is not None or spark_conf:
+        lines.append("[spark]")
+        if spark_master is not None:
+            lines.append(f"master = {dumps(spark_master)}")
+        if spark_conf:
+            conf = ", ".join(f"{dumps(k)} = {dumps(v)}" for k, v in spark_conf.items())
+            lines.append(f"conf = {{ {conf} }}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def workload_toml(workload: str | type[Workload], **options: Any) -> str:
+    """:func:`job_toml` for a workload (by name or class): its tables, views and
+    invariants, and ``options`` (``changelog``, ``checkpoint``, ``view_dir``, ...; ``name``
+    defaults to the workload's)."""
+    if isinstance(workload, str):
+        workload = WORKLOAD_CLASSES[workload]
+    options.setdefault("name", workload.name)
+    return job_toml(
+        tables=workload.tables, views=workload.views, invariants=workload.invariants, **options
+    )
+
+
 def write_config(out: Path, workload: type[Workload], *, snapshot: bool) -> Path:
-    """The job config (CONTRACT section 4) for the workload, next to its change log."""
-    lines = ["[job]", f"name = {dumps(workload.name)}", 'changelog = "changelog"']
-    if snapshot:
-        lines.append('snapshot = "snapshot"')
-    lines += ['checkpoint = "out/_checkpoint"', 'trigger_interval = "1 second"', ""]
-    for name, (ddl, pk) in workload.tables.items():
-        lines += [
-            f"[tables.{name}]",
-            f"schema = {dumps(ddl)}",
-            f"primary_key = {dumps(list(pk))}",
-            "",
-        ]
-    for name, sql in workload.views.items():
-        lines += [
-            f"[views.{name}]",
-            f"sql = {dumps(sql)}",
-            f"path = {dumps('out/views/' + name)}",
-            "",
-        ]
-    for name, (view, kind, sql) in workload.invariants.items():
-        lines += [f"[invariants.{name}]", f"view = {dumps(view)}", f"{kind} = {dumps(sql)}", ""]
+    """The job config for a simulated run, next to its change log (``out/config.toml``)."""
+    text = workload_toml(
+        workload, changelog="changelog", snapshot="snapshot" if snapshot else None,
+        checkpoint="out/_checkpoint", trigger_interval="1 second", view_dir="out/views",
+    )  # fmt: skip
     path = out / "config.toml"
-    _write_atomic(path, "\n".join(lines).encode("utf-8"))
+    _write_atomic(path, text.encode("utf-8"))
     return path
 
 
@@ -120,7 +165,8 @@ def write_json(path: Path, obj: Mapping[str, Any]) -> None:
 
 
 def write_snapshot(folder: Path, ts: int, tables: Mapping[str, pa.Table]) -> None:
-    """A CONTRACT section 3 snapshot: ``_snapshot.json`` and one Parquet file per table."""
+    """A snapshot (docs/changelog-format.md): ``_snapshot.json`` and one Parquet file per
+    table."""
     folder.mkdir(parents=True, exist_ok=True)
     for name, table in tables.items():
         (folder / name).mkdir(exist_ok=True)

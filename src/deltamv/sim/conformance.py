@@ -1,4 +1,4 @@
-"""Check a change-log directory against every guarantee of CONTRACT.md section 2.
+"""Check a change-log directory against every rule of docs/changelog-format.md.
 
 ``check_changelog(dir)`` returns the violations found (empty when the log conforms).
 It reads the log with its own plain code (no sharing with the production reader).
@@ -21,8 +21,11 @@ import itertools
 import os
 from bisect import bisect_left
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pyarrow as pa
 
 from deltamv.config import load_config
 from deltamv.errors import DeltaMVError
@@ -44,7 +47,7 @@ MAX_VIOLATIONS = 200
 
 
 class ConformanceError(DeltaMVError):
-    """A change log breaks the contract; the message lists the first violations."""
+    """A change log breaks the format's rules; the message lists the first violations."""
 
 
 def _is_int(v: Any) -> bool:
@@ -121,7 +124,7 @@ def check_changelog(
     truth: Truth | str | os.PathLike[str] | None = None,
     complete: bool = True,
 ) -> list[str]:
-    """Every contract violation in the change log (``[]`` when it conforms).
+    """Every violation of the change-log format in the log (``[]`` when it conforms).
 
     ``tables`` (name -> DDL) enables value checks; by default the ``config.toml``
     next to the change log is used when there is one. ``complete`` says the upstream
@@ -129,232 +132,310 @@ def check_changelog(
     regions must partition the key space).
     """
     root = Path(changelog_dir)
-    out: list[str] = []
-
-    def bad(msg: str) -> None:
-        if len(out) < MAX_VIOLATIONS:
-            out.append(msg)
-
-    schemas: dict[str, TableSchema] | None = None
-    if tables is not None:
-        schemas = {n: TableSchema.from_ddl(d) for n, d in tables.items()}
-    elif (root.parent / "config.toml").exists():
-        try:
-            cfg = load_config(root.parent / "config.toml")
-            schemas = {n: t.schema for n, t in cfg.tables.items()}
-        except DeltaMVError as e:
-            bad(f"config.toml next to the change log does not load: {e}")
+    out = _Violations()
+    schemas = _schemas(root, tables, out)
     if truth is not None and not isinstance(truth, Truth):
         truth = Truth.load(truth)
+    streams = _read_streams(root, schemas, out)
+    txns = _Txns()
+    regions = {rid: _check_region(rid, events, txns, out, complete=complete)
+               for rid, events in streams.items()}  # fmt: skip
+    for s in sorted(txns.rolled & set(txns.commit_of)):
+        out.bad(f"txn {s} both committed and rolled back")
+    _check_lineage(regions, out, complete=complete)
+    _check_resolved(regions, txns, truth, out)
+    return out.found
 
+
+class _Violations:
+    """The violations found, up to MAX_VIOLATIONS."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def bad(self, msg: str) -> None:
+        if len(self.found) < MAX_VIOLATIONS:
+            self.found.append(msg)
+
+
+Stream = list[tuple[str, dict[str, Any]]]  # (file:line, event) in a region's order
+
+
+@dataclass
+class _Txns:
+    """What the regions' streams say about transactions, across regions."""
+
+    row_values: dict[tuple[str, int], tuple[str, Any]] = field(default_factory=dict)
+    commit_of: dict[int, int] = field(default_factory=dict)  # start_ts -> commit_ts
+    rolled: set[int] = field(default_factory=set)  # rolled back somewhere
+
+
+@dataclass
+class _Region:
+    """One region's stream as the checks after the per-region pass need it."""
+
+    span: tuple[str, str] | None = None
+    parents: tuple[int, ...] = ()
+    retired: bool = False
+    resolveds: list[tuple[int, int]] = field(default_factory=list)  # (position, ts)
+    shown: dict[tuple[str, int], int] = field(default_factory=dict)  # version -> position
+
+
+def _schemas(
+    root: Path, tables: Mapping[str, str] | None, out: _Violations
+) -> dict[str, TableSchema] | None:
+    if tables is not None:
+        return {n: TableSchema.from_ddl(d) for n, d in tables.items()}
+    if (root.parent / "config.toml").exists():
+        try:
+            cfg = load_config(root.parent / "config.toml")
+        except DeltaMVError as e:
+            out.bad(f"config.toml next to the change log does not load: {e}")
+            return None
+        return {n: t.schema for n, t in cfg.tables.items()}
+    return None
+
+
+def _read_streams(
+    root: Path, schemas: Mapping[str, TableSchema] | None, out: _Violations
+) -> dict[int, Stream]:
+    """Each region's well-formed events; the layout and every malformed event reported."""
     segments, problems = list_changelog(root)
     for p in problems:
-        bad(f"layout: {p}")
-
-    streams: dict[int, list[tuple[str, dict[str, Any]]]] = {}
+        out.bad(f"layout: {p}")
+    streams: dict[int, Stream] = {}
     for rid, segs in segments.items():
-        events: list[tuple[str, dict[str, Any]]] = []
+        events: Stream = []
         for seg in segs:
             try:
                 lines = read_segment(seg.path)
-            except Exception as e:  # unreadable Parquet file: report it, keep checking
-                bad(f"{seg.path}: unreadable segment: {type(e).__name__}: {e}")
-                continue
+            except (OSError, ValueError, pa.ArrowException) as e:
+                out.bad(f"{seg.path}: unreadable segment: {type(e).__name__}: {e}")
+                continue  # report it, keep checking the rest
             for n, ev in enumerate(lines, start=1):
                 where = f"{seg.path}:{n}"
-                if isinstance(ev, str):
-                    bad(f"{where}: {ev}")
-                    continue
-                problem = _field_problem(ev, rid, schemas)
-                if problem:
-                    bad(f"{where}: {problem}")
-                    continue
-                events.append((where, ev))
+                if isinstance(ev, str):  # not a JSON object
+                    out.bad(f"{where}: {ev}")
+                elif problem := _field_problem(ev, rid, schemas):
+                    out.bad(f"{where}: {problem}")
+                else:
+                    events.append((where, ev))
         streams[rid] = events
+    return streams
 
-    # -- per region ---------------------------------------------------------------
-    info: dict[int, dict[str, Any]] = {}
-    # (key, start_ts) -> (op, value); start_ts -> commit_ts; rolled back start_ts
-    row_values: dict[tuple[str, int], tuple[str, Any]] = {}
-    commit_of: dict[int, int] = {}
-    rolled: set[int] = set()
-    for rid, events in streams.items():
-        span: tuple[str, str] | None = None
-        parents: tuple[int, ...] = ()
-        retired = False
-        resolved: int | None = None
-        resolveds: list[tuple[int, int]] = []  # (position, ts)
-        shown: dict[tuple[str, int], int] = {}  # version -> first position it is shown here
-        pending: dict[int, list[str]] = {}
-        ended: dict[int, str] = {}  # start_ts -> "commit"/"rollback"
-        commit_here: dict[int, int] = {}
-        prewritten: dict[int, set[str]] = {}
-        keys_seen: list[tuple[str, str]] = []
-        prev: dict[str, Any] | None = None
-        for pos, (where, ev) in enumerate(events):
-            if ev == prev:
-                continue  # a retransmission
-            prev = ev
-            kind = ev["type"]
-            if retired:
-                bad(f"{where}: {kind} after RETIRED")
-                continue
-            if kind == "INITIALIZED":
-                if span is not None:
-                    bad(f"{where}: second INITIALIZED in region {rid}")
-                span = (ev["start_key"], ev["end_key"])
-                if span[1] != "" and span[1] <= span[0]:
-                    bad(f"{where}: empty span {span}")
-                parents = tuple(ev.get("parents") or ())
-            elif kind == "RESOLVED":
-                if span is None:
-                    bad(f"{where}: RESOLVED before INITIALIZED")
-                if resolved is not None and ev["ts"] < resolved:
-                    bad(f"{where}: RESOLVED going backwards ({ev['ts']} < {resolved})")
-                resolved = ev["ts"] if resolved is None else max(resolved, ev["ts"])
-                resolveds.append((pos, ev["ts"]))
-            elif kind == "RETIRED":
-                retired = True
-            else:
-                key, s = ev["key"], ev["start_ts"]
-                keys_seen.append((where, key))
-                if kind in ("PREWRITE", "COMMITTED"):
-                    value = ev.get("value") if ev["op"] == "PUT" else None
-                    old = row_values.setdefault((key, s), (ev["op"], value))
-                    if old != (ev["op"], value):
-                        bad(f"{where}: row {key!r} of txn {s} differs from an earlier emission")
-                if kind == "PREWRITE":
-                    if s in ended:
-                        bad(
-                            f"{where}: PREWRITE of txn {s} after its {ended[s].upper()} in region {rid}"
-                        )
-                    if key in prewritten.setdefault(s, set()):
-                        bad(f"{where}: txn {s} prewrites key {key!r} twice")
-                    prewritten[s].add(key)
-                    pending.setdefault(s, []).append(key)
-                elif kind == "COMMITTED":
-                    if ev["commit_ts"] <= s:
-                        bad(f"{where}: commit_ts {ev['commit_ts']} <= start_ts {s}")
-                    if span is not None:
-                        bad(f"{where}: COMMITTED after INITIALIZED (only an initial scan emits it)")
-                    if commit_of.setdefault(s, ev["commit_ts"]) != ev["commit_ts"]:
-                        bad(f"{where}: txn {s} committed with two commit_ts")
-                    shown.setdefault((key, s), pos)
-                elif kind == "COMMIT":
-                    c = ev["commit_ts"]
-                    if c <= s:
-                        bad(f"{where}: commit_ts {c} <= start_ts {s}")
-                    if key not in prewritten.get(s, set()):
-                        bad(
-                            f"{where}: COMMIT of txn {s} key {key!r} without its PREWRITE in region {rid}"
-                        )
-                    if ended.get(s) == "rollback":
-                        bad(f"{where}: COMMIT of txn {s} after its ROLLBACK")
-                    if commit_here.setdefault(s, c) != c or commit_of.setdefault(s, c) != c:
-                        bad(f"{where}: txn {s} committed with two commit_ts")
-                    ended.setdefault(s, "commit")
-                    for k in pending.pop(s, []):  # the first COMMIT shows the txn's rows here
-                        shown.setdefault((k, s), pos)
-                elif kind == "ROLLBACK":
-                    if ended.get(s) == "commit":
-                        bad(f"{where}: ROLLBACK of txn {s} after its COMMIT")
-                    ended.setdefault(s, "rollback")
-                    pending.pop(s, None)
-                    rolled.add(s)
-        if span is not None:
-            for where, key in keys_seen:
-                if not _in_span(key, *span):
-                    bad(f"{where}: key {key!r} outside region {rid}'s span {span}")
-        elif events and complete:
-            bad(f"region {rid}: never INITIALIZED")
-        info[rid] = {"span": span, "parents": parents, "retired": retired,
-                     "resolveds": resolveds, "shown": shown}  # fmt: skip
-    for s in sorted(rolled & set(commit_of)):
-        bad(f"txn {s} both committed and rolled back")
 
-    # -- lineage ------------------------------------------------------------------
+class _RegionPass:
+    """The checks of one region's stream, event by event, in its order."""
+
+    def __init__(self, rid: int, txns: _Txns, out: _Violations) -> None:
+        self.rid = rid
+        self.txns = txns
+        self.bad = out.bad
+        self.region = _Region()
+        self.pending: dict[int, list[str]] = {}
+        self.ended: dict[int, str] = {}  # start_ts -> "commit"/"rollback"
+        self.commit_here: dict[int, int] = {}
+        self.prewritten: dict[int, set[str]] = {}
+        self.keys_seen: list[tuple[str, str]] = []
+        self.resolved: int | None = None  # the highest resolved ts so far
+
+    def event(self, pos: int, where: str, ev: dict[str, Any]) -> None:
+        region, kind = self.region, ev["type"]
+        if region.retired:
+            self.bad(f"{where}: {kind} after RETIRED")
+        elif kind == "INITIALIZED":
+            if region.span is not None:
+                self.bad(f"{where}: second INITIALIZED in region {self.rid}")
+            region.span = (ev["start_key"], ev["end_key"])
+            if region.span[1] != "" and region.span[1] <= region.span[0]:
+                self.bad(f"{where}: empty span {region.span}")
+            region.parents = tuple(ev.get("parents") or ())
+        elif kind == "RESOLVED":
+            if region.span is None:
+                self.bad(f"{where}: RESOLVED before INITIALIZED")
+            if self.resolved is not None and ev["ts"] < self.resolved:
+                self.bad(f"{where}: RESOLVED going backwards ({ev['ts']} < {self.resolved})")
+            self.resolved = ev["ts"] if self.resolved is None else max(self.resolved, ev["ts"])
+            region.resolveds.append((pos, ev["ts"]))
+        elif kind == "RETIRED":
+            region.retired = True
+        else:
+            self.row_event(pos, where, ev)
+
+    def row_event(self, pos: int, where: str, ev: dict[str, Any]) -> None:
+        kind, key, s = ev["type"], ev["key"], ev["start_ts"]
+        self.keys_seen.append((where, key))
+        if kind in ("PREWRITE", "COMMITTED"):
+            value = ev.get("value") if ev["op"] == "PUT" else None
+            old = self.txns.row_values.setdefault((key, s), (ev["op"], value))
+            if old != (ev["op"], value):
+                self.bad(f"{where}: row {key!r} of txn {s} differs from an earlier emission")
+        if kind == "PREWRITE":
+            self.prewrite(where, key, s)
+        elif kind == "COMMITTED":
+            self.committed(pos, where, key, s, ev["commit_ts"])
+        elif kind == "COMMIT":
+            self.commit(pos, where, key, s, ev["commit_ts"])
+        elif kind == "ROLLBACK":
+            if self.ended.get(s) == "commit":
+                self.bad(f"{where}: ROLLBACK of txn {s} after its COMMIT")
+            self.ended.setdefault(s, "rollback")
+            self.pending.pop(s, None)
+            self.txns.rolled.add(s)
+
+    def prewrite(self, where: str, key: str, s: int) -> None:
+        if s in self.ended:
+            self.bad(
+                f"{where}: PREWRITE of txn {s} after its {self.ended[s].upper()} in region {self.rid}"
+            )
+        if key in self.prewritten.setdefault(s, set()):
+            self.bad(f"{where}: txn {s} prewrites key {key!r} twice")
+        self.prewritten[s].add(key)
+        self.pending.setdefault(s, []).append(key)
+
+    def committed(self, pos: int, where: str, key: str, s: int, c: int) -> None:
+        if c <= s:
+            self.bad(f"{where}: commit_ts {c} <= start_ts {s}")
+        if self.region.span is not None:
+            self.bad(f"{where}: COMMITTED after INITIALIZED (only an initial scan emits it)")
+        if self.txns.commit_of.setdefault(s, c) != c:
+            self.bad(f"{where}: txn {s} committed with two commit_ts")
+        self.region.shown.setdefault((key, s), pos)
+
+    def commit(self, pos: int, where: str, key: str, s: int, c: int) -> None:
+        if c <= s:
+            self.bad(f"{where}: commit_ts {c} <= start_ts {s}")
+        if key not in self.prewritten.get(s, set()):
+            self.bad(
+                f"{where}: COMMIT of txn {s} key {key!r} without its PREWRITE in region {self.rid}"
+            )
+        if self.ended.get(s) == "rollback":
+            self.bad(f"{where}: COMMIT of txn {s} after its ROLLBACK")
+        if self.commit_here.setdefault(s, c) != c or self.txns.commit_of.setdefault(s, c) != c:
+            self.bad(f"{where}: txn {s} committed with two commit_ts")
+        self.ended.setdefault(s, "commit")
+        for k in self.pending.pop(s, []):  # the first COMMIT shows the txn's rows here
+            self.region.shown.setdefault((k, s), pos)
+
+
+def _check_region(
+    rid: int, events: Stream, txns: _Txns, out: _Violations, *, complete: bool
+) -> _Region:
+    """The stream-order rules of one region (see the module doc)."""
+    check = _RegionPass(rid, txns, out)
+    prev: dict[str, Any] | None = None
+    for pos, (where, ev) in enumerate(events):
+        if ev == prev:
+            continue  # a retransmission
+        prev = ev
+        check.event(pos, where, ev)
+    span = check.region.span
+    if span is not None:
+        for where, key in check.keys_seen:
+            if not _in_span(key, *span):
+                out.bad(f"{where}: key {key!r} outside region {rid}'s span {span}")
+    elif events and complete:
+        out.bad(f"region {rid}: never INITIALIZED")
+    return check.region
+
+
+def _check_lineage(regions: Mapping[int, _Region], out: _Violations, *, complete: bool) -> None:
+    """Parents and successors: the spans partition the key space at the start and (when
+    complete) at the end, and successors cover exactly what their parents served."""
     children: dict[int, list[int]] = {}
-    for rid, i in info.items():
-        for p in i["parents"]:
+    for rid, r in regions.items():
+        for p in r.parents:
             children.setdefault(p, []).append(rid)
-            if p not in info:
-                bad(f"region {rid}: parent {p} has no stream")
-            elif complete and not info[p]["retired"]:
-                bad(f"region {rid}: parent {p} never RETIRED")
-    initial = [i["span"] for i in info.values() if i["span"] is not None and not i["parents"]]
-    if info and initial:
-        problem = _partition_problem(initial)
-        if problem:
-            bad(f"initial regions do not partition the key space: {problem}")
+            if p not in regions:
+                out.bad(f"region {rid}: parent {p} has no stream")
+            elif complete and not regions[p].retired:
+                out.bad(f"region {rid}: parent {p} never RETIRED")
+    initial = [r.span for r in regions.values() if r.span is not None and not r.parents]
+    _check_partition("initial", initial, out)
     for parent, kids in sorted(children.items()):
-        pspan = info[parent]["span"] if parent in info else None
-        kid_spans = [info[k]["span"] for k in kids if info[k]["span"] is not None]
+        pspan = regions[parent].span if parent in regions else None
+        kid_spans = [span for k in kids if (span := regions[k].span) is not None]
         if pspan is not None and complete and not _covers(kid_spans, *pspan):
-            bad(f"region {parent}'s span {pspan} is not covered by its successors {sorted(kids)}")
-    for rid, i in info.items():
-        if i["span"] is None or not i["parents"]:
+            out.bad(
+                f"region {parent}'s span {pspan} is not covered by its successors {sorted(kids)}"
+            )
+    for rid, r in regions.items():
+        if r.span is None or not r.parents:
             continue
-        pspans = [info[p]["span"] for p in i["parents"] if p in info and info[p]["span"]]
-        if not _covers(pspans, *i["span"]):
-            bad(f"region {rid}'s span {i['span']} is not inside its parents' spans")
+        pspans = [span for p in r.parents if p in regions and (span := regions[p].span)]
+        if not _covers(pspans, *r.span):
+            out.bad(f"region {rid}'s span {r.span} is not inside its parents' spans")
     if complete:
-        for rid, i in info.items():
-            if i["retired"] and rid not in children:
-                bad(f"region {rid} RETIRED without a successor")
-        leaves = [
-            i["span"] for rid, i in info.items() if i["span"] is not None and not i["retired"]
-        ]
-        if info and leaves:
-            problem = _partition_problem(leaves)
-            if problem:
-                bad(f"live regions do not partition the key space: {problem}")
+        for rid, r in regions.items():
+            if r.retired and rid not in children:
+                out.bad(f"region {rid} RETIRED without a successor")
+        leaves = [r.span for r in regions.values() if r.span is not None and not r.retired]
+        _check_partition("live", leaves, out)
 
-    # -- the RESOLVED promise -----------------------------------------------------
+
+def _check_partition(which: str, spans: list[tuple[str, str]], out: _Violations) -> None:
+    problem = _partition_problem(spans) if spans else None
+    if problem:
+        out.bad(f"{which} regions do not partition the key space: {problem}")
+
+
+def _check_resolved(
+    regions: Mapping[int, _Region], txns: _Txns, truth: Truth | None, out: _Violations
+) -> None:
+    """The RESOLVED promise: every row version in a region's span committed at or below
+    a RESOLVED ts was shown before it, in the region or in its ancestors."""
     versions: dict[tuple[str, int], int] = {}
-    if isinstance(truth, Truth):
+    if truth is not None:
         for txn in truth.transactions:
             for row in txn.rows:
                 versions[(row.key, txn.start_ts)] = txn.commit_ts
-    for i in info.values():
-        for key, s in i["shown"]:
-            if s in commit_of:
-                versions.setdefault((key, s), commit_of[s])
+    for r in regions.values():
+        for key, s in r.shown:
+            if s in txns.commit_of:
+                versions.setdefault((key, s), txns.commit_of[s])
     by_key = sorted(versions)
     keys_sorted = [k for k, _ in by_key]
-    ancestors_cache: dict[int, set[int]] = {}
-
-    def ancestors(rid: int) -> set[int]:
-        if rid not in ancestors_cache:
-            ancestors_cache[rid] = set()
-            acc: set[int] = set()
-            for p in info.get(rid, {}).get("parents", ()):
-                if p in info:
-                    acc |= {p} | ancestors(p)
-            ancestors_cache[rid] = acc
-        return ancestors_cache[rid]
-
-    for rid, i in sorted(info.items()):
-        if i["span"] is None or not i["resolveds"]:
+    ancestors = _Ancestors(regions)
+    for rid, r in sorted(regions.items()):
+        if r.span is None or not r.resolveds:
             continue
-        start, end = i["span"]
+        start, end = r.span
         lo = bisect_left(keys_sorted, start)
         hi = len(keys_sorted) if end == "" else bisect_left(keys_sorted, end)
         mine = sorted((versions[v], v) for v in by_key[lo:hi])
         inherited: set[tuple[str, int]] = set()
-        for a in sorted(ancestors(rid)):
-            inherited.update(info[a]["shown"])
+        for a in sorted(ancestors.of(rid)):
+            inherited.update(regions[a].shown)
         at = 0  # resolved ts never decreases: each version is checked at the first
-        for pos, ts in i["resolveds"]:  # RESOLVED that covers it
+        for pos, ts in r.resolveds:  # RESOLVED that covers it
             while at < len(mine) and mine[at][0] <= ts:
                 c, v = mine[at]
                 at += 1
-                first = i["shown"].get(v)
+                first = r.shown.get(v)
                 if v not in inherited and (first is None or first > pos):
-                    bad(
+                    out.bad(
                         f"region {rid}: RESOLVED {ts} at event {pos + 1} but row {v[0]!r} of txn "
                         f"{v[1]} (commit_ts {c}) was not shown before it"
                     )
-    return out
+
+
+class _Ancestors:
+    """A region's parents, their parents, and so on (those with a stream)."""
+
+    def __init__(self, regions: Mapping[int, _Region]) -> None:
+        self.regions = regions
+        self.cache: dict[int, set[int]] = {}
+
+    def of(self, rid: int) -> set[int]:
+        if rid not in self.cache:
+            self.cache[rid] = set()
+            acc: set[int] = set()
+            region = self.regions.get(rid)
+            for p in region.parents if region is not None else ():
+                if p in self.regions:
+                    acc |= {p} | self.of(p)
+            self.cache[rid] = acc
+        return self.cache[rid]
 
 
 def _field_problem(

@@ -194,9 +194,9 @@ def simulate(
 ) -> SimulationResult:
     """Run one simulated upstream and write its change log, truth and job config.
 
-    Writes ``out/changelog/`` (CONTRACT section 2), ``out/config.toml`` (section 4),
-    ``out/truth/`` and, with ``snapshot_at`` (a fraction of the committed
-    transactions), ``out/snapshot/`` (section 3). Without ``live`` the clock is
+    Writes ``out/changelog/`` and, with ``snapshot_at`` (a fraction of the committed
+    transactions), ``out/snapshot/`` (docs/changelog-format.md), ``out/config.toml``
+    (docs/config.md) and ``out/truth/`` (docs/truth-format.md). Without ``live`` the clock is
     simulated and the output is a pure function of the arguments. With ``live`` the
     TSO follows the wall clock and segments are published every ``flush_ms`` until
     ``duration`` seconds pass (or ``txns`` are run, or KeyboardInterrupt).

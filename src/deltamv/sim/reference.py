@@ -1,7 +1,7 @@
 """A plain reference reader: the oracle the production pipeline is compared with.
 
-Deliberately simple, in-memory and obviously correct, it follows CONTRACT.md
-section 2 literally:
+Deliberately simple, in-memory and obviously correct, it follows
+docs/changelog-format.md literally:
 
 - **matcher**: per region, prewritten rows wait under their ``start_ts``; the first
   ``COMMIT`` of a transaction in a region releases *all* of its rows there (large
@@ -50,8 +50,8 @@ class _Region:
 class ReferenceReader:
     """Replays change-log events into the committed state at the global watermark.
 
-    ``tables`` maps table name to its DDL schema. With ``snapshot`` (a CONTRACT
-    section 3 folder) the reader starts from it: its rows are the base state and
+    ``tables`` maps table name to its DDL schema. With ``snapshot`` (a snapshot
+    folder, docs/changelog-format.md) the reader starts from it: its rows are the base state and
     its ``ts`` is the start ts.
     """
 

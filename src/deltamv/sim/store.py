@@ -1,7 +1,7 @@
 """The simulated store: TSO, MVCC rows, Percolator locks, regions and their CDC streams.
 
 Every region owns a key span and an ordered event buffer (its change-log stream).
-The store enforces what CONTRACT.md section 2 promises: locks are emitted as
+The store enforces what docs/changelog-format.md promises: locks are emitted as
 ``PREWRITE`` in the region that owns the key, a region's first ``COMMIT`` of a
 transaction follows all its prewrites there, the resolver never reports a ts that a
 not-yet-shown commit could fall under, and a split or merge retires the old regions

@@ -20,6 +20,7 @@ import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -68,6 +69,16 @@ def _temp_txns(db: sqlite3.Connection, txns: pa.Table) -> None:
     )
 
 
+def _of_txns(db: sqlite3.Connection, table: str, columns: str, txns: pa.Table) -> list[Any]:
+    """The distinct ``columns`` of the rows of ``table`` whose ``(region, start_ts)`` is
+    one of ``txns``; ``txns`` stays in the temporary table ``_txns`` for the caller."""
+    _temp_txns(db, txns)
+    return db.execute(
+        f"SELECT DISTINCT {columns} FROM {table} x JOIN _txns t"
+        " ON x.region = t.region AND x.start_ts = t.start_ts"
+    ).fetchall()
+
+
 class PendingTxns:
     """Prewritten rows of open transactions, by ``(region, start_ts)``."""
 
@@ -92,11 +103,7 @@ class PendingTxns:
         """Which of ``txns`` (region, start_ts) have pending rows."""
         if txns.num_rows == 0:
             return _TXN_SCHEMA.empty_table()
-        _temp_txns(self.db, txns)
-        rows = self.db.execute(
-            "SELECT DISTINCT p.region, p.start_ts FROM pending p JOIN _txns t"
-            " ON p.region = t.region AND p.start_ts = t.start_ts"
-        ).fetchall()
+        rows = _of_txns(self.db, "pending", "x.region, x.start_ts", txns)
         return pa.Table.from_pylist(
             [{"region": r, "start_ts": s} for r, s in rows], schema=_TXN_SCHEMA
         )
@@ -105,14 +112,7 @@ class PendingTxns:
         """Remove the rows of ``txns`` from the pending set and return them, per table."""
         if txns.num_rows == 0:
             return {}
-        _temp_txns(self.db, txns)
-        chunks = [
-            r[0]
-            for r in self.db.execute(
-                "SELECT DISTINCT p.chunk FROM pending p JOIN _txns t"
-                " ON p.region = t.region AND p.start_ts = t.start_ts"
-            )
-        ]
+        chunks = self._chunks_of(txns)
         out: dict[str, list[pa.Table]] = {}
         wanted = txns.select(["region", "start_ts"])
         for chunk in chunks:
@@ -122,30 +122,13 @@ class PendingTxns:
             rows = from_blob(data)
             hit = rows.join(wanted, ["region", "start_ts"], join_type="left semi")
             out.setdefault(table, []).append(hit)
-        self.db.execute(
-            "DELETE FROM pending WHERE EXISTS (SELECT 1 FROM _txns t"
-            " WHERE t.region = pending.region AND t.start_ts = pending.start_ts)"
-        )
-        self._collect(chunks)
+        self._forget(chunks)
         return {t: pa.concat_tables(parts) for t, parts in out.items()}
 
     def drop(self, txns: pa.Table) -> None:
         """Forget the rows of ``txns`` (rolled back)."""
-        if txns.num_rows == 0:
-            return
-        _temp_txns(self.db, txns)
-        chunks = [
-            r[0]
-            for r in self.db.execute(
-                "SELECT DISTINCT p.chunk FROM pending p JOIN _txns t"
-                " ON p.region = t.region AND p.start_ts = t.start_ts"
-            )
-        ]
-        self.db.execute(
-            "DELETE FROM pending WHERE EXISTS (SELECT 1 FROM _txns t"
-            " WHERE t.region = pending.region AND t.start_ts = pending.start_ts)"
-        )
-        self._collect(chunks)
+        if txns.num_rows:
+            self._forget(self._chunks_of(txns))
 
     def drop_region(self, region: int) -> None:
         """Forget every pending row of a retired region (its successors re-emit them)."""
@@ -160,6 +143,18 @@ class PendingTxns:
 
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
+
+    def _chunks_of(self, txns: pa.Table) -> list[int]:
+        """The chunks holding rows of ``txns`` (left in the temporary ``_txns`` table)."""
+        return [r[0] for r in _of_txns(self.db, "pending", "x.chunk", txns)]
+
+    def _forget(self, chunks: Sequence[int]) -> None:
+        """Drop the transactions in ``_txns`` from the index, then their unused chunks."""
+        self.db.execute(
+            "DELETE FROM pending WHERE EXISTS (SELECT 1 FROM _txns t"
+            " WHERE t.region = pending.region AND t.start_ts = pending.start_ts)"
+        )
+        self._collect(chunks)
 
     def _collect(self, chunks: Sequence[int]) -> None:
         """Delete the chunks no open transaction refers to any more."""
@@ -182,11 +177,7 @@ class DoneTxns:
         schema = pa.schema([*_TXN_SCHEMA, ("commit_ts", pa.int64())])
         if txns.num_rows == 0:
             return schema.empty_table()
-        _temp_txns(self.db, txns)
-        rows = self.db.execute(
-            "SELECT d.region, d.start_ts, d.commit_ts FROM done d JOIN _txns t"
-            " ON d.region = t.region AND d.start_ts = t.start_ts"
-        ).fetchall()
+        rows = _of_txns(self.db, "done", "x.region, x.start_ts, x.commit_ts", txns)
         names = ("region", "start_ts", "commit_ts")
         return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], schema=schema)
 

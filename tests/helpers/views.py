@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from deltamv import delta
+from deltamv.delta import Replace, TableSink
 from deltamv.delta.commit import JOB_KEY, WATERMARK_KEY
 
 
@@ -18,15 +19,14 @@ def commit_version(
     """Commit ``rows`` as the table's next version with ``watermark`` in its commit info."""
     current = delta.table_version(path)
     version = 0 if current is None else current + 1
-    files = delta.write_arrow(
-        pa.Table.from_pylist(list(rows), schema=schema), path, schema=schema, prefix=f"v{version}"
+    sink = TableSink(
+        path, schema, layout=[schema.names[0]], app_id=f"deltamv:{job}", metadata={JOB_KEY: job}
     )
-    metadata = {JOB_KEY: job}
-    if watermark is not None:
-        metadata[WATERMARK_KEY] = str(watermark)
-    result = delta.commit(
-        path, schema=schema, add=files, replace=True, app_id=f"deltamv:{job}",
-        batch_id=batch if batch is not None else version + 1, metadata=metadata,
+    metadata = {} if watermark is None else {WATERMARK_KEY: str(watermark)}
+    result = sink.commit(
+        batch if batch is not None else version + 1,
+        Replace(pa.Table.from_pylist(list(rows), schema=schema)),
+        metadata=metadata,
         expected_version=current,
-    )  # fmt: skip
+    )
     return result.version

@@ -1,3 +1,5 @@
+"""A table with a column of every type the job writes, and rows for it."""
+
 from __future__ import annotations
 
 import datetime as dt

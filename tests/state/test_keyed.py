@@ -1,0 +1,96 @@
+"""Rows kept by key: lookups through indexes, NULL keys, null-safe lookups, scans."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+
+import pyarrow as pa
+import pytest
+
+from deltamv.state.codec import normalise_floats
+from deltamv.state.keyed import KEY, ROWID, KeyedTable, Mirror, mirror_schema
+
+SCHEMA = pa.schema([("a", pa.int64()), ("b", pa.string()), ("v", pa.float64())])
+ROWS = pa.table(
+    {"a": [1, 1, 2, None, None, 3], "b": ["x", "y", "x", "x", None, None],
+     "v": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]},
+    schema=SCHEMA,
+)  # fmt: skip
+
+
+@pytest.fixture
+def table() -> KeyedTable:
+    keyed = KeyedTable(sqlite3.connect(":memory:"), "t", SCHEMA, indexes=[["a", "b"], ["a"]])
+    keyed.insert(ROWS)
+    return keyed
+
+
+def keys(**columns: list[object]) -> pa.Table:
+    return pa.table({n: pa.array(v, SCHEMA.field(n).type) for n, v in columns.items()})
+
+
+def values(found: pa.Table) -> list[float]:
+    return sorted(found.column("v").to_pylist())
+
+
+def test_lookup_finds_the_rows_with_equal_keys_once_per_row(table: KeyedTable) -> None:
+    found = table.lookup(["a"], keys(a=[1, 1, 2, 7]))  # a key given twice matches once
+    assert values(found) == [1.0, 2.0, 3.0]
+    assert found.schema.names == [ROWID, *SCHEMA.names]
+    assert values(table.lookup(["a", "b"], keys(a=[1, 2], b=["y", "y"]))) == [2.0]
+
+
+def test_null_keys_match_nothing_unless_null_safe(table: KeyedTable) -> None:
+    probe = keys(a=[None, None, 3], b=["x", None, None])
+    assert values(table.lookup(["a", "b"], probe)) == []
+    assert values(table.lookup(["a", "b"], probe, null_safe=True)) == [4.0, 5.0, 6.0]
+    assert values(table.lookup(["a"], keys(a=[None]), null_safe=True)) == [4.0, 5.0]
+    assert table.lookup(["a"], keys(a=[])).num_rows == 0
+
+
+def test_rows_are_deleted_by_the_rowid_a_lookup_gives(table: KeyedTable) -> None:
+    found = table.lookup(["a"], keys(a=[1]))
+    table.delete(found.column(ROWID).to_pylist())
+    assert table.count() == 4
+    assert table.lookup(["a"], keys(a=[1])).num_rows == 0
+
+
+def test_float_keys_are_found_by_their_normalised_bits() -> None:
+    schema = pa.schema([("f", pa.float64()), ("n", pa.int64())])
+    keyed = KeyedTable(sqlite3.connect(":memory:"), "f", schema, indexes=[["f"]])
+    keyed.insert(
+        normalise_floats(pa.table({"f": [0.0, math.nan], "n": [1, 2]}, schema=schema), ["f"])
+    )
+    probe = normalise_floats(pa.table({"f": [-0.0, -math.nan]}), ["f"])
+    assert sorted(keyed.lookup(["f"], probe).column("n").to_pylist()) == [1, 2]
+
+
+def test_scan_reads_every_row_in_bounded_chunks(table: KeyedTable) -> None:
+    parts = list(table.scan(batch_rows=4))
+    assert [p.num_rows for p in parts] == [4, 2]
+    assert pa.concat_tables(parts).equals(ROWS)
+    with_ids = pa.concat_tables(table.scan(with_rowid=True))
+    assert with_ids.schema.names == [ROWID, *SCHEMA.names]
+    table.clear()
+    assert list(table.scan()) == []
+
+
+def test_a_table_and_its_indexes_are_created_once(table: KeyedTable) -> None:
+    again = KeyedTable(table.db, "t", SCHEMA, indexes=[["a", "b"], ["b"]])
+    assert again.count() == ROWS.num_rows
+    again.drop()
+    assert KeyedTable(table.db, "t", SCHEMA).count() == 0
+
+
+def test_a_mirror_is_its_table_with_the_row_key_first_all_nullable() -> None:
+    columns = pa.schema([pa.field("id", pa.int64(), nullable=False), ("name", pa.string())])
+    mirror = Mirror(sqlite3.connect(":memory:"), "accounts", columns, ["id"])
+    assert mirror.schema == mirror_schema(columns)
+    assert mirror.schema.names == [KEY, "id", "name"]
+    assert all(f.nullable for f in mirror.schema)
+    mirror.insert(pa.table({KEY: ["accounts/1", None], "id": [1, 2], "name": ["a", "b"]}))
+    by_key = mirror.lookup([KEY], pa.table({KEY: ["accounts/1"]}))
+    by_pk = mirror.lookup(["id"], pa.table({"id": [2]}))  # a snapshot row without a key
+    assert by_key.column("name").to_pylist() == ["a"]
+    assert by_pk.column("name").to_pylist() == ["b"]
