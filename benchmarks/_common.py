@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
 import json
 import os
 import platform
@@ -19,7 +18,7 @@ import sys
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -112,8 +111,15 @@ def write_config(
     trigger: str = "1 second",
     spark_conf: Mapping[str, str] | None = None,
     views: list[str] | None = None,
+    extra_views: Mapping[str, str] | None = None,
+    maintain: str | None = None,
 ) -> Path:
-    """A job config for the simulated workload, with every path under ``dest``."""
+    """A job config for the simulated workload, with every path under ``dest``.
+
+    ``views`` keeps only the named views of the workload; ``extra_views`` adds views
+    (name to SQL); ``maintain`` sets every view's ``maintain`` key ("incremental",
+    "recompute"; default: the job's own choice).
+    """
     raw = tomllib.loads((sim_dir / "config.toml").read_text())
     if dest.exists():
         shutil.rmtree(dest)
@@ -131,51 +137,19 @@ def write_config(
     for name, table in raw["tables"].items():
         lines += ["", f"[tables.{name}]", f"schema = {json.dumps(table['schema'])}"]
         lines.append(f"primary_key = {json.dumps(table['primary_key'])}")
-    for name, view in raw["views"].items():
-        if views is not None and name not in views:
-            continue
-        lines += ["", f"[views.{name}]", f"sql = {json.dumps(view['sql'])}"]
+    chosen = {n: v["sql"] for n, v in raw["views"].items() if views is None or n in views}
+    chosen.update(extra_views or {})
+    for name, sql in chosen.items():
+        lines += ["", f"[views.{name}]", f"sql = {json.dumps(sql)}"]
         lines.append(f"path = {json.dumps(str(dest / 'views' / name))}")
+        if maintain is not None:
+            lines.append(f"maintain = {json.dumps(maintain)}")
     if spark_conf:
         lines += ["", "[spark.conf]"]
         lines += [f"{json.dumps(k)} = {json.dumps(v)}" for k, v in spark_conf.items()]
     path = dest / "config.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-# -- timing ------------------------------------------------------------------------------
-class PhaseTimer:
-    """Wall time per labelled phase, by wrapping functions (restored on ``close``)."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = collections.defaultdict(float)
-        self.calls: dict[str, int] = collections.defaultdict(int)
-        self._undo: list[Callable[[], None]] = []
-        self.on_enter: Callable[[str], None] | None = None
-
-    def wrap(self, owner: Any, name: str, label: str | None = None) -> None:
-        original = getattr(owner, name)
-        tag = label or name
-
-        @functools.wraps(original)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            if self.on_enter is not None:
-                self.on_enter(tag)
-            began = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                self.seconds[tag] += time.perf_counter() - began
-                self.calls[tag] += 1
-
-        setattr(owner, name, timed)
-        self._undo.append(lambda: setattr(owner, name, original))
-
-    def close(self) -> None:
-        for undo in reversed(self._undo):
-            undo()
-        self._undo.clear()
 
 
 # -- memory ------------------------------------------------------------------------------

@@ -68,6 +68,8 @@ def run_live(
             errors.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
+    began_ms = time.time() * 1000
+    load = round(os.getloadavg()[0], 1)
     thread.start()
     while not spark.streams.active and not errors:  # the job is up and polling
         time.sleep(0.2)
@@ -106,19 +108,33 @@ def run_live(
         if infos and (infos[-1].watermark or 0) >= summary["final_watermark"]:
             break
         time.sleep(0.5)
-    for query in spark.streams.active:
-        query.stop()
+    job.request_stop()
     thread.join(timeout=60)
+    ended_ms = time.time() * 1000
     if errors:
         raise RuntimeError(f"live job {name} failed: {errors[0]}")
     infos = [v for v in delta.versions(view_path) if v.watermark]
     result = lag_stats(infos, sim_end_ms)
+    reports = [r for r in job.reports if r.committed]
+    phases = {
+        k: percentile([r.phases.get(k, 0.0) * 1000 for r in reports], 50)
+        for k in ("read", "match", "maintain", "state", "publish", "finish")
+    }
     result.update(
+        began_ms=began_ms,
+        ended_ms=ended_ms,
+        load=load,
+        batch_ms_p99=percentile([r.duration_ms for r in reports], 99),
+        batch_ms_max=max((r.duration_ms for r in reports), default=None),
+        phase_ms_p50={k: round(v) for k, v in phases.items() if v is not None},
+        events_per_batch_p50=percentile([r.events for r in reports], 50),
+        load_end=round(os.getloadavg()[0], 1),
         trigger=trigger,
         watermark_mode=watermark_mode,
         rate=rate,
         sim_events=summary["events"],
         sim_transactions=summary["transactions"],
+        achieved_rate=round(summary["transactions"] / duration),
         large_txns=summary["large"],
         batches=len(job.reports),
         batch_ms_p50=percentile([r.duration_ms for r in job.reports if r.committed], 50),
@@ -126,7 +142,7 @@ def run_live(
     )
     say(
         f"freshness {name}: lag p50 {result['reader_p50_ms']} ms, p99 {result['reader_p99_ms']} ms "
-        f"({result['versions']} versions)"
+        f"({result['versions']} versions, load {load})"
     )
     return result
 

@@ -9,6 +9,7 @@ backlog (a simulated bank log processed in one go). The job runs with
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +72,7 @@ def run_memory(name: str, template: Path, changelog: Path, *, timeout: float) ->
         changelog=changelog,
         spark_conf={"spark.driver.memory": "1g"},
     )
+    load = round(os.getloadavg()[0], 1)
     code, rss, seconds = run_cli(
         ["run", str(config), "--once"], cwd=dest, log=dest.parent / f"{name}.log", timeout=timeout
     )
@@ -79,11 +81,16 @@ def run_memory(name: str, template: Path, changelog: Path, *, timeout: float) ->
         "case": name,
         **log_size(changelog),
         "exit_code": code,
+        "load": load,
+        "load_end": round(os.getloadavg()[0], 1),
         "seconds": round(seconds, 1),
         "peak_rss_mb": round(rss.peak / 2**20),
         "peak_parts_mb": {k: round(v / 2**20) for k, v in rss.peak_parts.items()},
         "log_tail": tail,
         "rss_samples_mb": [(round(t, 1), round(v / 2**20)) for t, v in rss.samples[::5]],
     }
-    say(f"memory {name}: exit {code}, peak RSS {result['peak_rss_mb']} MB in {seconds:.0f} s")
+    say(
+        f"memory {name}: exit {code}, peak RSS {result['peak_rss_mb']} MB in {seconds:.0f} s"
+        f" (load {load})"
+    )
     return result

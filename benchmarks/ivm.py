@@ -1,0 +1,106 @@
+"""Incremental maintenance against recompute: the same batches, per view shape.
+
+The input is :mod:`synth`'s bank at N accounts (N/10 transfers in the snapshot), each
+batch moving money between ``0.1% of N`` distinct random accounts (``N/2000`` transfers,
+so it also inserts that many transfers). For each view shape, one job holds only that
+view, run twice over the same log: ``maintain = "incremental"`` and
+``maintain = "recompute"`` (the config key), one after the other in the same warm
+session. Reported per shape and mode: batch p50 and max (the batches after the first
+commit; the first micro-batch reads only the regions' headers), the run's start
+(snapshot load, first versions) and what each batch committed.
+
+Shapes: global aggregate (``total_balance``), grouped aggregate (``balance_by_owner``,
+1000 owners), join (``transfer_owner``: each transfer with its sender's owner), and an
+aggregate over the join (``moved_by_owner``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from _common import WORK, percentile, say, write_config
+from deltamv_run import run_job
+from synth import BANK_VIEWS, JOIN_VIEWS, generate
+
+SHAPES = {
+    "global aggregate": "total_balance",
+    "grouped aggregate": "balance_by_owner",
+    "join": "transfer_owner",
+    "aggregate over join": "moved_by_owner",
+}
+ALL_VIEWS = {**BANK_VIEWS, **JOIN_VIEWS}
+
+
+def run_ivm(
+    spark: Any,
+    accounts: int,
+    *,
+    batches: int = 6,
+    change: float = 0.001,
+    shapes: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    per_batch = max(1, int(accounts * change) // 2)
+    data = generate(
+        WORK / "synth" / f"ivm-{accounts}",
+        accounts=accounts,
+        transfers=accounts // 10,
+        batches=batches,
+        per_batch=per_batch,
+        views=ALL_VIEWS,
+    )
+    rows = []
+    for shape, view in (shapes or SHAPES).items():
+        runs = {}
+        for mode in ("incremental", "recompute"):
+            config = write_config(
+                data,
+                WORK / "ivm" / f"{accounts}-{view}-{mode}",
+                snapshot=data / "snapshot",
+                max_segments=2,  # one generated batch (a segment per region) per micro-batch
+                views=[view],
+                maintain=mode,
+            )
+            load = round(os.getloadavg()[0], 1)
+            run = run_job(spark, config)
+            steady = [r for r in run["reports"] if r["committed"]][1:]
+            ms = [r["duration_ms"] for r in steady]
+            runs[mode] = {
+                "load": load,
+                "load_end": round(os.getloadavg()[0], 1),
+                "mode": run["modes"].get(view),
+                "batches": len(steady),
+                "batch_ms_p50": percentile(ms, 50),
+                "batch_ms_max": max(ms) if ms else None,
+                "start_seconds": run["outside_batches_seconds"],
+                "released_per_batch": percentile([r["released"] for r in steady], 50),
+                "written_per_batch": {
+                    k: percentile([r["written"].get(k, 0) for r in steady], 50)
+                    for k in ("rows", "files", "bytes")
+                },
+                "phase_ms_p50": {
+                    k: round(
+                        1000 * (percentile([r["phases"].get(k, 0.0) for r in steady], 50) or 0)
+                    )
+                    for k in ("read", "match", "maintain", "state", "publish", "finish")
+                },
+                "began_ms": run["began_ms"],
+                "ended_ms": run["ended_ms"],
+            }
+            say(
+                f"ivm {accounts} {view} {mode}: batch p50 {runs[mode]['batch_ms_p50']} ms"
+                f" (start {run['outside_batches_seconds']} s, load {load})"
+            )
+        inc, rec = runs["incremental"]["batch_ms_p50"], runs["recompute"]["batch_ms_p50"]
+        rows.append({
+            "shape": shape, "view": view, "sql": ALL_VIEWS[view], **runs,
+            "speedup": round(rec / inc, 1) if inc and rec else None,
+        })  # fmt: skip
+    return {
+        "accounts": accounts,
+        "transfers": accounts // 10,
+        "changed_accounts_per_batch": 2 * per_batch,
+        "inserted_transfers_per_batch": per_batch,
+        "change": change,
+        "shapes": rows,
+    }
