@@ -28,6 +28,7 @@ from deltalake.transaction import (
 from deltamv.delta._table import check_plain_parquet, open_table, translate_errors
 from deltamv.delta.files import DataFile
 from deltamv.delta.schema import delta_fields
+from deltamv.delta.spark import USER_METADATA_KEY, user_metadata
 from deltamv.errors import CommitConflictError, StorageError
 
 __all__ = ["CommitResult", "commit", "committed_batch", "owner_of", "table_version"]
@@ -71,10 +72,12 @@ def commit(
     - The table's schema must equal ``schema``; else CommitConflictError.
     - ``metadata`` goes into the commit info (``DeltaTable.history()``) together with
       ``deltamv.batch``; the app transaction ``(app_id, batch_id)`` is in the same commit.
+      Its ``deltamv.*`` keys also go, as one JSON object, into the commit's
+      ``userMetadata``, which Spark's ``DESCRIBE HISTORY`` shows.
     - Any concurrent commit between reading the table and committing fails the commit
       (no automatic retry): CommitConflictError. I/O failures: StorageError.
     """
-    custom = {BATCH_KEY: str(batch_id), **metadata}
+    custom = {BATCH_KEY: str(batch_id), **metadata, USER_METADATA_KEY: user_metadata(metadata)}
     properties = CommitProperties(
         custom_metadata=custom,
         app_transactions=[Transaction(app_id, batch_id)],
