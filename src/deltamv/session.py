@@ -76,7 +76,10 @@ def build_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
+    log.info(
+        "Spark %s, master %s, delta-spark %s",
+        spark.version, spark.sparkContext.master, "on" if delta_spark.available(spark) else "off",
+    )  # fmt: skip
     spark.sparkContext.setLogLevel(os.environ.get("DELTAMV_SPARK_LOG_LEVEL", "ERROR"))
     from deltamv.changelog.source import register
 
