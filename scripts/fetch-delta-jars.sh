@@ -3,7 +3,7 @@
 # set-up owns (default .venv/delta-jars). deltamv's sessions put that folder's jars on
 # spark.jars, so no session ever resolves anything at start (docs/delta-spark.md).
 #
-#   scripts/fetch-delta-jars.sh [DEST] [PYTHON]
+#   scripts/fetch-delta-jars.sh [DEST] [PYTHON]      (MVN=/path/to/mvn to choose Maven)
 #
 # The artifact follows the installed packages, as delta-spark's own
 # configure_spark_with_delta_pip does: io.delta:delta-spark_<spark major.minor>_2.13:
@@ -18,6 +18,7 @@ DEST=${1:-.venv/delta-jars}
 PY=${2:-.venv/bin/python}
 STAMP="$DEST/.fetched"
 PLUGIN=org.apache.maven.plugins:maven-dependency-plugin:3.6.1
+MVN=${MVN:-mvn}
 
 read -r DELTA_VERSION SPARK_MM SPARK_JARS < <("$PY" - <<'EOF'
 import importlib.metadata as md
@@ -41,7 +42,7 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$ARTIFACT" ]; then
   touch "$STAMP"  # newer than the venv's stamp: make need not ask again
   exit 0
 fi
-if ! command -v mvn >/dev/null 2>&1; then
+if ! command -v "$MVN" >/dev/null 2>&1; then
   echo "delta-spark jars: no Maven client (mvn) on PATH; deltamv reads views with delta-rs (docs/delta-spark.md)" >&2
   exit 0
 fi
@@ -67,7 +68,7 @@ cat >"$WORK/pom.xml" <<EOF
 EOF
 # dependency:list resolves (downloads) every runtime jar into the local repository and
 # names each one's file; we copy the ones Spark lacks.
-if ! mvn -q -B -f "$WORK/pom.xml" "$PLUGIN:list" -DincludeScope=runtime \
+if ! "$MVN" -q -B -f "$WORK/pom.xml" "$PLUGIN:list" -DincludeScope=runtime \
   -DoutputAbsoluteArtifactFilename=true -DoutputFile="$WORK/list.txt" >"$WORK/mvn.log" 2>&1; then
   reason=$(grep -m1 -E 'ERROR' "$WORK/mvn.log" | sed -E 's/\x1b\[[0-9;]*m//g; s/^\[ERROR\] *//' | cut -c1-200)
   echo "delta-spark jars: Maven could not fetch $ARTIFACT (${reason:-see mvn output}); deltamv reads views with delta-rs" >&2
