@@ -191,10 +191,18 @@ def test_a_read_stays_on_its_version_while_newer_ones_commit(
     assert read_spark(delta_spark, path).count() == 5
 
 
+def through_delta_spark(df: DataFrame) -> bool:
+    """The DataFrame scans a Delta file index (delta-spark), not a plain file list."""
+    return "DeltaFileIndex" in df._jdf.queryExecution().sparkPlan().toString()
+
+
 def test_read_spark_engines(spark: Any, parted: str) -> None:
     with pytest.raises(ValueError, match="engine"):
         read_spark(spark, parted, engine="parquet")  # type: ignore[arg-type]
-    assert read_spark(spark, parted, 0, engine="files").count() == 18
+    files = read_spark(spark, parted, 0, engine="files")
+    assert files.count() == 18 and not through_delta_spark(files)
+    auto = read_spark(spark, parted, 0)
+    assert through_delta_spark(auto) == spark_delta.available(spark)
 
 
 def test_session_conf_puts_the_fetched_jars_and_the_extension_on(
