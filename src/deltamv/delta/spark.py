@@ -116,8 +116,9 @@ def read_version(spark: SparkSession, table_path: str, version: int) -> DataFram
     """Version ``version`` of the table, read by delta-spark (``versionAsOf``).
 
     The version is named explicitly, so the DataFrame stays on it while newer versions
-    are committed. DeltaMVError (one line) when delta-spark cannot read it, for example
-    when VACUUM deleted its files or log cleanup dropped the log entries it needs.
+    are committed. DeltaMVError (one line) when delta-spark cannot rebuild the version
+    (log cleanup dropped the entries it needs). A version whose files VACUUM deleted
+    fails later, when its rows are read: Spark reports the missing file.
     """
     from pyspark.errors import AnalysisException
 
