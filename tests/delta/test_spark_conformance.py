@@ -53,18 +53,19 @@ def test_every_version_of_every_table_reads_the_same_in_delta_spark(
     rounds = len(job.pending)
     assert rounds >= 4
     step = max(1, -(-rounds // 4))  # four runs
-    vacuumed_at: dict[str, int] = {}
+    outputs = [v.path for v in job.config.views.values()]
+    outputs += [t.path for t in job.config.tables.values() if t.path]
+    vacuumed = False
     while job.pending:
         job.publish(step)
         job.run_once(delta_spark)
-        if not vacuumed_at:
-            # After the first run: drop every file the versions so far need but the latest
-            # (the job's internal tables keep only their latest version's files anyway).
-            outputs = [v.path for v in job.config.views.values()]
-            outputs += [t.path for t in job.config.tables.values() if t.path]
+        if not vacuumed and all((delta.table_version(p) or 0) >= 1 for p in outputs):
+            # Once every output has history: drop the files only older versions need
+            # (the latest version's files stay; the job's internal tables keep only
+            # their latest version's files anyway).
             for path in outputs:
                 housekeeping.vacuum(path, retention_hours=0)
-                vacuumed_at[path] = delta.table_version(path) or 0
+            vacuumed = True
 
     tables = delta_tables(job.job_dir, Path(job.config.checkpoint))
     names = {Path(t).name for t in tables}
@@ -97,7 +98,8 @@ def test_every_version_of_every_table_reads_the_same_in_delta_spark(
             assert_df_equality(actual, expected, ignore_row_order=True)
             compared += 1
             behind_checkpoint += checkpointed is not None and info.version >= checkpointed
-    # The run exercised what it claims to: checkpoints, vacuum, several versions per table.
-    assert compared >= 3 * len(job.config.views), (compared, len(tables))
-    assert behind_checkpoint >= len(job.config.views), behind_checkpoint
-    assert gone >= len(vacuumed_at), (gone, vacuumed_at)
+    # The run exercised what it claims to: every table, versions read from a log
+    # checkpoint, versions whose files vacuum deleted.
+    assert compared > len(tables), (compared, len(tables))
+    assert behind_checkpoint >= 1, behind_checkpoint
+    assert vacuumed and gone >= 1, (vacuumed, gone)
