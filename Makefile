@@ -4,6 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DELTA_JARS := $(VENV)/delta-jars
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON ?= $(abspath $(PY))
@@ -25,7 +26,12 @@ $(STAMP): pyproject.toml
 postgres:  ## make sure PostgreSQL server binaries exist (installs postgresql-15 with apt when missing)
 	@bash scripts/ensure-postgres.sh
 
-setup: java postgres $(STAMP)  ## create .venv and install deltamv with its test tools
+# delta-spark's jars, fetched once with Maven (docs/delta-spark.md); without Maven or
+# Maven Central the script says so in one line and deltamv reads views with delta-rs.
+$(DELTA_JARS)/.fetched: $(STAMP) scripts/fetch-delta-jars.sh
+	@bash scripts/fetch-delta-jars.sh $(DELTA_JARS) $(PY)
+
+setup: java postgres $(STAMP) $(DELTA_JARS)/.fetched  ## create .venv, install deltamv and its test tools, fetch the Delta jars
 
 test: setup  ## run the default test suite (under 15 minutes on 2 cores)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -119,3 +119,15 @@ def test_spark_reads_match_arrow_reads(spark: Any, tmp_path: Path) -> None:
         assert_df_equality(frames[name], spark.createDataFrame(table), ignore_nullable=True)
     df = read_spark(spark, paths, "a", as_of_watermark=ts(2))
     assert [r.total for r in df.collect()] == [2]
+
+
+def test_spark_reads_use_delta_spark_when_the_session_has_it(spark: Any, tmp_path: Path) -> None:
+    from deltamv.session import delta_spark_available
+
+    from .delta.test_spark import through_delta_spark
+
+    paths = make_views(tmp_path, {"a": [ts(1), ts(2)]})
+    df = pick(paths, "a", as_of_watermark=ts(1)).spark(spark, "a")
+    assert through_delta_spark(df) == delta_spark_available(spark)
+    assert [r.total for r in df.collect()] == [1]
+    assert through_delta_spark(read_spark(spark, paths, "a")) == delta_spark_available(spark)

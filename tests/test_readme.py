@@ -6,20 +6,27 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+from chispa import assert_df_equality
+
 from deltamv import delta
 from deltamv.config import load_config
 from deltamv.job import ViewJob
+from deltamv.session import delta_spark_available
 from deltamv.sim import simulate
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def python_block(section: str) -> str:
+def python_blocks(section: str) -> list[str]:
+    """The python blocks of one ``## `` section, in order."""
     text = README.read_text()
-    body = text[text.index(section) :]
-    match = re.search(r"```python\n(.*?)```", body, re.S)
-    assert match, f"no python block under {section}"
-    return match.group(1)
+    start = text.index(section)
+    end = text.find("\n## ", start + len(section))
+    body = text[start : end if end != -1 else None]
+    blocks = re.findall(r"```python\n(.*?)```", body, re.S)
+    assert blocks, f"no python block under {section}"
+    return blocks
 
 
 def test_reading_a_view(spark: Any, tmp_path: Path) -> None:
@@ -28,11 +35,20 @@ def test_reading_a_view(spark: Any, tmp_path: Path) -> None:
     ViewJob(config, spark).run(once=True)
     path = config.views["total_balance"].path
     scope: dict[str, Any] = {"path": path, "spark": spark}
-    exec(compile(python_block("## Reading a view"), str(README), "exec"), scope)
+    spark_block, other_readers = python_blocks("## Reading a view")
+    exec(compile(other_readers, str(README), "exec"), scope)
     latest = delta.read_arrow(path)
+    infos = delta.versions(path)
     assert scope["table"].to_pylist() == latest.to_pylist()
-    assert scope["watermark"] == delta.versions(path)[-1].watermark
+    assert scope["rs_watermark"] == infos[-1].watermark
     assert scope["rows"] == [tuple(r.values()) for r in latest.to_pylist()]
     assert scope["frame"].to_dicts() == latest.to_pylist()
+    if not delta_spark_available(spark):
+        pytest.skip("no delta-spark in the session for the Spark block (`make setup`)")
+    exec(compile(spark_block, str(README), "exec"), scope)
     assert scope["latest"].collect()[0].asDict() == latest.to_pylist()[0]
-    assert scope["info"].watermark == scope["watermark"]
+    assert scope["watermark"] == infos[-1].watermark
+    assert scope["first"].collect()[0].asDict() == delta.read_arrow(path, 0).to_pylist()[0]
+    assert_df_equality(scope["at_watermark"], scope["latest"])
+    assert scope["info"].version == infos[-1].version
+    assert_df_equality(scope["same"], scope["latest"])

@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
-from deltamv.session import _driver_java_options
+import pytest
+
+from deltamv.delta.spark import CATALOG, EXTENSION, fetched_jars
+from deltamv.session import _delta_conf, _driver_java_options, delta_spark_available
 
 
 def test_user_java_options_keep_deltamvs_logging_config() -> None:
@@ -21,3 +29,53 @@ def test_the_session_factory_passes_the_logging_config_to_the_driver(spark: Any)
     options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
     assert "log4j2.configurationFile=file:" in options
     assert options.split("=file:")[1].split()[0].endswith("deltamv/log4j2.properties")
+
+
+def test_the_session_reads_delta_natively_when_the_jars_are_fetched(
+    spark: Any, tmp_path: Path
+) -> None:
+    if not fetched_jars():
+        pytest.skip("no delta-spark jars fetched (`make setup` fetches them)")
+    conf = dict(spark.sparkContext.getConf().getAll())
+    assert set(conf["spark.jars"].split(",")) >= set(fetched_jars())
+    assert EXTENSION in conf["spark.sql.extensions"].split(",")
+    assert conf["spark.sql.catalog.spark_catalog"] == CATALOG
+    assert delta_spark_available(spark)
+    path = str(tmp_path / "t")
+    spark.range(3).write.format("delta").save(path)
+    spark.range(5).write.format("delta").mode("overwrite").save(path)
+    assert spark.sql(f"SELECT count(*) FROM delta.`{path}` VERSION AS OF 0").first()[0] == 3
+    assert spark.read.format("delta").load(path).count() == 5
+
+
+def test_a_second_session_in_a_running_jvm_adds_no_jars(spark: Any) -> None:
+    # The driver JVM is up: spark.jars could no longer reach its class path. The running
+    # session already has Delta's settings where its classes load, so nothing is added.
+    extra = _delta_conf({})
+    assert "spark.jars" not in extra
+    if delta_spark_available(spark):
+        assert extra == {}
+
+
+@pytest.mark.slow
+def test_spark_submit_with_the_jars_reads_delta(tmp_path: Path) -> None:
+    jars = fetched_jars()
+    if not jars:
+        pytest.skip("no delta-spark jars fetched (`make setup` fetches them)")
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "from deltamv.session import build_spark, delta_spark_available\n"
+        "spark = build_spark()\n"
+        "print('DELTA', delta_spark_available(spark),"
+        " spark.conf.get('spark.sql.extensions'))\n"
+        "spark.stop()\n"
+    )
+    submit = shutil.which("spark-submit", path=str(Path(sys.executable).parent))
+    assert submit
+    env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable)
+    out = subprocess.run(
+        [submit, "--master", "local[1]", "--jars", ",".join(jars), str(script)],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert f"DELTA True {EXTENSION}" in out.stdout, out.stdout[-3000:]

@@ -60,7 +60,11 @@ class ConsistentRead:
         return delta.read_arrow(self.paths[view], self._version(view))
 
     def spark(self, spark: SparkSession, view: str) -> DataFrame:
-        """One view's rows at the read's watermark, as a (lazily read) Spark DataFrame."""
+        """One view's rows at the read's watermark, as a (lazily read) Spark DataFrame.
+
+        Read with delta-spark (``versionAsOf``) when the session has it, else from the
+        version's file list (:func:`deltamv.delta.read_spark`).
+        """
         return delta.read_spark(spark, self.paths[view], self._version(view))
 
     def arrow_tables(self) -> dict[str, pa.Table]:

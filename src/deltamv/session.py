@@ -11,6 +11,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from deltamv.config import JobConfig
+from deltamv.delta import spark as delta_spark
 
 DEFAULT_MASTER = "local[2]"
 log = logging.getLogger("deltamv.session")
@@ -46,7 +47,9 @@ def build_spark(
     The master comes from, in order: ``master``, ``DELTAMV_SPARK_MASTER``, the config's
     ``[spark] master``, an already-set ``spark.master`` (spark-submit), ``local[2]``.
     Settings from the config's ``[spark.conf]`` and ``conf`` are applied on top of
-    deltamv's defaults.
+    deltamv's defaults. When the set-up fetched delta-spark's jars (or spark-submit got
+    them), the session also gets Delta's SQL extension and catalog
+    (:func:`delta_spark_available` tells; docs/delta-spark.md).
     """
     # Python workers must run the interpreter the driver runs, with the same packages.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -69,15 +72,37 @@ def build_spark(
         settings.update(config.spark.conf)
     settings.update(conf or {})
     settings[_JAVA_OPTIONS] = _driver_java_options(settings.get(_JAVA_OPTIONS, ""))
+    settings.update(_delta_conf(settings))
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    log.info("Spark %s, master %s", spark.version, spark.sparkContext.master)
+    log.info(
+        "Spark %s, master %s, delta-spark %s",
+        spark.version, spark.sparkContext.master, "on" if delta_spark.available(spark) else "off",
+    )  # fmt: skip
     spark.sparkContext.setLogLevel(os.environ.get("DELTAMV_SPARK_LOG_LEVEL", "ERROR"))
     from deltamv.changelog.source import register
 
     register(spark)
     return spark
+
+
+def delta_spark_available(spark: SparkSession) -> bool:
+    """True when ``spark`` reads Delta tables with delta-spark (``format("delta")``)."""
+    return delta_spark.available(spark)
+
+
+def _delta_conf(settings: Mapping[str, str]) -> dict[str, str]:
+    """delta-spark's jars, extension and catalog for the session about to be built."""
+    from pyspark import SparkConf, SparkContext
+
+    running = _submitted_by_spark_submit() or SparkContext._gateway is not None
+    jvm_conf = None
+    if running:  # spark-submit's JVM, or an earlier session's: its settings count too
+        SparkContext._ensure_initialized()
+        active = SparkContext._active_spark_context
+        jvm_conf = dict((active.getConf() if active else SparkConf()).getAll())
+    return delta_spark.session_conf(settings, jvm_running=running, jvm_conf=jvm_conf)
 
 
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"

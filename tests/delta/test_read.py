@@ -24,6 +24,7 @@ from deltamv.delta import (
     versions,
 )
 from deltamv.errors import DeltaMVError
+from deltamv.session import delta_spark_available
 
 from .alltypes import ALL_TYPES, ALL_TYPES_DDL, all_types_rows
 
@@ -67,14 +68,27 @@ def test_version_at_watermark_picks_the_latest_version_at_or_below(history_table
     assert version_at_watermark(path, 10**18).version == 3
 
 
-def test_every_version_reads_back_exactly_through_spark(spark: SparkSession, history_table) -> None:
+ENGINES = ["files", "delta-spark"]
+
+
+def engine_in(spark: SparkSession, engine: str) -> str:
+    if engine == "delta-spark" and not delta_spark_available(spark):
+        pytest.skip("no delta-spark in the session: `make setup` fetches its jars")
+    return engine
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_every_version_reads_back_exactly_through_spark(
+    spark: SparkSession, history_table, engine
+) -> None:
     path, contents = history_table
+    engine = engine_in(spark, engine)
     for version, rows in enumerate(contents):
         expected = spark.createDataFrame(rows, ALL_TYPES_DDL)
-        actual = read_spark(spark, path, version=version)
+        actual = read_spark(spark, path, version=version, engine=engine)
         assert_df_equality(actual, expected, ignore_row_order=True, ignore_nullable=True)
     assert_df_equality(
-        read_spark(spark, path),
+        read_spark(spark, path, engine=engine),
         spark.createDataFrame(contents[-1], ALL_TYPES_DDL),
         ignore_row_order=True,
         ignore_nullable=True,
@@ -133,10 +147,13 @@ print(json.dumps({{"ids": latest["id"].to_list(), "first": first.height,
     assert seen == {"ids": ids, "first": len(contents[0]), "count": len(ids), "total": sum(ids)}
 
 
-def test_an_empty_version_reads_as_an_empty_dataframe(spark: SparkSession, history_table) -> None:
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_empty_version_reads_as_an_empty_dataframe(
+    spark: SparkSession, history_table, engine
+) -> None:
     path, _ = history_table
     assert file_uris(path, version=2) == []
-    df = read_spark(spark, path, version=2)
+    df = read_spark(spark, path, version=2, engine=engine_in(spark, engine))
     assert df.count() == 0
     assert df.schema == arrow_to_spark(ALL_TYPES)
 

@@ -1,23 +1,26 @@
-"""Reading committed versions without a Delta engine: the version's files, read as Parquet.
+"""Reading committed versions: their history, their files, their rows.
 
-Every read names one version (the latest if none is given) and reads exactly the files
-of that version, so a reader never sees part of a commit. Tables written with deletion
-vectors or column mapping are refused rather than read wrong.
+Every read names one version (the latest if none is given) and reads exactly that
+version, so a reader never sees part of a commit. Spark reads go through delta-spark when
+the session has it (:mod:`.spark`), else through the version's file list read as
+Parquet; file-list reads refuse tables with deletion vectors or column mapping rather
+than read them wrong.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
+from deltamv.delta import spark as spark_delta
 from deltamv.delta._table import check_plain_parquet, require_table, translate_errors
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, WATERMARK_KEY
 from deltamv.delta.schema import arrow_to_spark
-from deltamv.errors import StateError
+from deltamv.errors import DeltaMVError, StateError
 
 __all__ = [
     "VersionInfo",
@@ -91,13 +94,34 @@ def read_arrow(table_path: str, version: int | None = None) -> pa.Table:
         return pa.concat_tables(parts)
 
 
-def read_spark(spark: SparkSession, table_path: str, version: int | None = None) -> DataFrame:
+def read_spark(
+    spark: SparkSession,
+    table_path: str,
+    version: int | None = None,
+    *,
+    engine: Literal["auto", "delta-spark", "files"] = "auto",
+) -> DataFrame:
     """One version (latest by default) as a Spark DataFrame; the files are read lazily.
 
-    The DataFrame reads the version's files, which stay until VACUUM removes them, so
-    an old version stays readable while the job commits newer ones.
+    The version is fixed when this is called: the DataFrame keeps reading it while the
+    job commits newer ones, until VACUUM removes its files. ``engine``: ``"delta-spark"``
+    reads it with delta-spark (``versionAsOf``), ``"files"`` hands the version's file list
+    to ``spark.read.parquet`` (no Delta jar needed; refuses deletion vectors and column
+    mapping), ``"auto"`` takes delta-spark when the session has it (docs/delta-spark.md).
     """
+    if engine not in ("auto", "delta-spark", "files"):
+        raise ValueError(f"engine must be 'auto', 'delta-spark' or 'files', not {engine!r}")
     table = require_table(table_path, version)
+    with_delta = engine != "files" and spark_delta.available(spark)
+    if engine == "delta-spark" and not with_delta:
+        raise DeltaMVError(
+            "this Spark session has no delta-spark jar: `make setup` fetches it"
+            " (docs/delta-spark.md), or read with engine='files'"
+        )
+    if with_delta:
+        with translate_errors(table_path):
+            at = table.version()
+        return spark_delta.read_version(spark, table_path, at)
     with translate_errors(table_path):
         check_plain_parquet(table, table_path)
         schema = arrow_to_spark(pa.schema(table.schema().to_arrow()))

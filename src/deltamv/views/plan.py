@@ -226,7 +226,9 @@ class _Leaves:
             folder = os.path.join(self.root, name)
             os.makedirs(folder)
             # Written by pyarrow, not Spark: an empty file costs no Spark job.
-            pq.write_table(table.schema.to_arrow().empty_table(), os.path.join(folder, "empty.parquet"))
+            pq.write_table(
+                table.schema.to_arrow().empty_table(), os.path.join(folder, "empty.parquet")
+            )
             spark.read.schema(table.schema.to_ddl()).parquet(folder).createOrReplaceTempView(name)
             self.by_path[os.path.realpath(folder)] = name
 
