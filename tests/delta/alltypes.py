@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from typing import Any
 
 import pyarrow as pa
-import pytest
 
 ALL_TYPES = pa.schema(
     [
@@ -43,13 +41,3 @@ def all_types_rows(n: int, start: int = 0) -> list[dict[str, object]]:
             }
         )
     return rows
-
-
-@pytest.fixture
-def delta_spark(spark: Any) -> Any:
-    """The test session, when it reads with delta-spark; else the test is skipped."""
-    from deltamv.session import delta_spark_available
-
-    if not delta_spark_available(spark):
-        pytest.skip("no delta-spark in the session: `make setup` fetches its jars")
-    return spark

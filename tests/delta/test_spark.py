@@ -19,7 +19,7 @@ from deltamv.delta import spark as spark_delta
 from deltamv.delta.housekeeping import checkpoint, last_checkpoint
 from deltamv.errors import DeltaMVError
 
-from .conftest import ALL_TYPES, all_types_rows
+from .alltypes import ALL_TYPES, all_types_rows
 
 JOB = "conformance"
 

@@ -27,8 +27,8 @@ from deltalake.transaction import AddAction, create_table_with_add_actions
 from deltamv import delta, reader
 from deltamv.check.oracle import expected_view
 from deltamv.delta import write_arrow
+from tests.helpers.views import commit_version
 
-from ..check.tables import commit_version
 from ..job.simrun import SimJob
 
 SCHEMA = pa.schema([("k", pa.int64()), ("v", pa.int64())])

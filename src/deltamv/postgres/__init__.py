@@ -1,4 +1,4 @@
-"""PostgreSQL as deltamv's upstream (CONTRACT section 7), self-contained.
+"""PostgreSQL as deltamv's upstream (docs/postgres.md), self-contained.
 
 The pieces, in the order a job uses them:
 

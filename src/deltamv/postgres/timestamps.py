@@ -1,4 +1,4 @@
-"""Commit times of PostgreSQL transactions as deltamv TSO values (CONTRACT section 7).
+"""Commit times of PostgreSQL transactions as deltamv TSO values (docs/postgres.md).
 
 PostgreSQL stamps each commit with its wall-clock time, which is not monotone in
 commit (LSN) order: the time is taken before the commit record is inserted, and
