@@ -6,17 +6,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from chispa import assert_df_equality
+from deltalake import Schema as DeltaSchema
+from deltalake.transaction import AddAction, create_table_with_add_actions
 from pyspark.sql import DataFrame
 
-from deltamv.delta import arrow_to_spark, commit, read_arrow, read_spark, versions, write_arrow
+from deltamv.delta import arrow_to_spark, read_arrow, read_spark, versions, write_arrow
 from deltamv.delta import spark as spark_delta
 from deltamv.delta.housekeeping import checkpoint, last_checkpoint
+from deltamv.delta.sink import Replace, TableSink
 from deltamv.errors import DeltaMVError
 
 from .alltypes import ALL_TYPES, all_types_rows
@@ -25,17 +29,19 @@ JOB = "conformance"
 
 
 def commit_rows(path: str, batch: int, parts: list[list[dict[str, Any]]]) -> int:
-    """One version holding ``parts``, each part its own file (so data skipping has a choice)."""
-    files = []
-    for n, rows in enumerate(parts):
-        data = pa.Table.from_pylist(rows, schema=ALL_TYPES)
-        files += write_arrow(data, path, schema=ALL_TYPES, prefix=f"b{batch}-{n}")
+    """One version holding ``parts``, committed as the job commits (a TableSink); parts of
+    at most six rows with disjoint id ranges, six rows per file: each part its own file
+    (so data skipping has a choice)."""
     current = versions(path)[-1].version if os.path.isdir(f"{path}/_delta_log") else None
-    result = commit(
-        path, schema=ALL_TYPES, add=files, replace=True, app_id=f"deltamv:{JOB}",
-        batch_id=batch, metadata={"deltamv.job": JOB, "deltamv.watermark": str(1000 * batch)},
+    sink = TableSink(path, ALL_TYPES, layout=["id"], app_id=f"deltamv:{JOB}",
+                     metadata={"deltamv.job": JOB}, target_file_rows=6)  # fmt: skip
+    rows = [r for part in parts for r in part]
+    result = sink.commit(
+        batch,
+        Replace(pa.Table.from_pylist(rows, schema=ALL_TYPES)),
+        metadata={"deltamv.watermark": str(1000 * batch)},
         expected_version=current,
-    )  # fmt: skip
+    )
     return result.version
 
 
@@ -117,8 +123,10 @@ def test_the_probes_do_skip_files(delta_spark: Any, tmp_path: Path) -> None:
     stats = json.loads(good.stats)
     stats["maxValues"]["id"] = 0
     lying = dataclasses.replace(good, stats=json.dumps(stats))
-    commit(path, schema=ALL_TYPES, add=[lying], replace=True, app_id="x", batch_id=1,
-           metadata={}, expected_version=None)  # fmt: skip
+    create_table_with_add_actions(
+        path, DeltaSchema.from_arrow(ALL_TYPES),
+        [AddAction(lying.path, lying.size, {}, int(time.time() * 1000), True, lying.stats)],
+    )  # fmt: skip
     assert spark_delta.read_version(delta_spark, path, 0).where("id = 2").count() == 0
     assert spark_delta.read_version(delta_spark, path, 0).count() == 4
 
@@ -140,10 +148,11 @@ def test_history_shows_each_versions_watermark_in_user_metadata(
     seen = history(delta_spark, parted)
     for info in versions(parted):
         assert seen[info.version] == {
+            "deltamv.batch": str(info.batch_id),
             "deltamv.job": JOB,
             "deltamv.watermark": str(info.watermark),
         }
-    # delta-rs still shows the keys on their own, as CONTRACT section 6 promises.
+    # delta-rs still shows the keys on their own, as docs/guarantees.md promises.
     assert versions(parted)[-1].watermark == 3000
 
 
