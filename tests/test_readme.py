@@ -52,3 +52,14 @@ def test_reading_a_view(spark: Any, tmp_path: Path) -> None:
     assert_df_equality(scope["at_watermark"], scope["latest"])
     assert scope["info"].version == infos[-1].version
     assert_df_equality(scope["same"], scope["latest"])
+
+
+@pytest.mark.parametrize("section", ["## A job", "## PostgreSQL as the upstream"])
+def test_the_config_examples_load(section: str, tmp_path: Path) -> None:
+    """Each TOML block of the README is a config the loader takes as it stands."""
+    body = README.read_text().split(section + "\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```toml\n(.*?)```", body, re.S)
+    (tmp_path / "job.toml").write_text(block)
+    config = load_config(tmp_path / "job.toml")
+    assert "total_balance" in config.views
+    assert config.views["total_balance"].path == str(tmp_path / "out/bank/views/total_balance")
