@@ -10,7 +10,6 @@ offset up to this batch's, so a replayed batch reads exactly the same ones.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,8 +25,8 @@ from deltamv.changelog.snapshot import iter_snapshot, read_snapshot_ts
 from deltamv.changelog.source import SOURCE_NAME, decode_offset, tables_option
 from deltamv.compute import Compute
 from deltamv.config import JobConfig
-from deltamv.errors import DeltaMVError, StateError
-from deltamv.job.upstream import Lap
+from deltamv.errors import DeltaMVError
+from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import EventGroup, IngestResult, ingest
 from deltamv.pipeline.ledger import SegmentLedger
 from deltamv.state.store import SegmentRecord, StateStore
@@ -133,18 +132,7 @@ class ChangelogUpstream:
         return BatchSegments(batch, start, end, tuple(found))
 
     def _logged_offset(self, batch: int) -> dict[int, int]:
-        path = self.offset_log / str(batch)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise StateError(
-                f"Spark's offset log has no batch {batch} ({path}): the streaming checkpoint"
-                " was changed or removed; restore it or start with a new checkpoint"
-            ) from None
-        # Spark's offset log: a version line, the batch metadata, then one offset per source.
-        if len(lines) < 3 or lines[0].strip() != "v1":
-            raise StateError(f"cannot read Spark's offset log entry {path}")
-        return decode_offset(json.loads(lines[2]))
+        return decode_offset(logged_offset(self.offset_log, batch))
 
     def groups(
         self, segments: Sequence[Segment]

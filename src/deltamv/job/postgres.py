@@ -32,7 +32,7 @@ from pyspark.sql import DataFrame, SparkSession
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, TableConfig
 from deltamv.errors import StateError
-from deltamv.job.upstream import Lap
+from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.postgres import (
     PgTable,
@@ -234,19 +234,7 @@ class PostgresUpstream:
             return read(self._connection())
 
     def _logged_offset(self, batch: int) -> int:
-        import json
-
-        path = self.offset_log / str(batch)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise StateError(
-                f"Spark's offset log has no batch {batch} ({path}): the streaming checkpoint"
-                " was changed or removed; restore it or start with a new checkpoint"
-            ) from None
-        if len(lines) < 3 or lines[0].strip() != "v1":
-            raise StateError(f"cannot read Spark's offset log entry {path}")
-        return int(json.loads(lines[2])["lsn"])
+        return int(logged_offset(self.offset_log, batch)["lsn"])
 
     def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
         record = store.batch_record(batch) if batch >= 0 else None

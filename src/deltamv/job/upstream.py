@@ -8,17 +8,20 @@ the batch's watermark, read inside the batch's state transaction. Everything aft
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping
-from typing import Protocol
+from pathlib import Path
+from typing import Any, Protocol
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.compute import Compute
+from deltamv.errors import StateError
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.state.store import StateStore
 
-__all__ = ["Lap", "Upstream"]
+__all__ = ["Lap", "Upstream", "logged_offset"]
 
 Lap = Callable[[str], None]  # marks the end of a phase of the batch, for its report
 
@@ -56,3 +59,23 @@ class Upstream(Protocol):
     def after_run(self, store: StateStore) -> None:
         """The run ends (the streaming query stopped)."""
         ...
+
+
+def logged_offset(offset_log: Path, batch: int) -> Any:
+    """The source's end offset of ``batch`` as Spark's offset log holds it (parsed JSON).
+
+    The job reads a batch by these offsets, not by the DataFrame Spark hands it, so a
+    replayed batch reads exactly what its first attempt read.
+    """
+    path = offset_log / str(batch)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise StateError(
+            f"Spark's offset log has no batch {batch} ({path}): the streaming checkpoint"
+            " was changed or removed; restore it or start with a new checkpoint"
+        ) from None
+    # Spark's offset log: a version line, the batch metadata, then one offset per source.
+    if len(lines) < 3 or lines[0].strip() != "v1":
+        raise StateError(f"cannot read Spark's offset log entry {path}")
+    return json.loads(lines[2])
