@@ -28,7 +28,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql import SparkSession
 
-from deltamv import faults, tso
+from deltamv import faults
 from deltamv.compute import Compute
 from deltamv.config import JobConfig
 from deltamv.delta import read_spark
@@ -316,6 +316,3 @@ class BatchRunner:
                 -1, committed_watermark=self.store.progress().watermark, duration_ms=0
             )
 
-
-def lag_text(watermark: int) -> str:
-    return f"{tso.lag_ms(watermark)} ms"
