@@ -36,7 +36,7 @@ _FLOAT32_MAX = 3.4028234663852886e38
 # The ISO-8601 forms taken on the fast path, a subset of what Python's
 # datetime.fromisoformat (3.11+) accepts and pyarrow casts to the same instant. Years
 # 0001 and 9999 are left to the reference path: an offset can move them out of range.
-_YEAR = r"(?:000[2-9]|00[1-9]\d|0[1-9]\d\d|[1-8]\d{3}|9[0-8]\d\d|99[0-8]\d)"
+_YEAR = r"(?:000[2-9]|00[1-9]\d|0[1-9]\d\d|[1-8]\d{3}|9[0-8]\d\d|99[0-8]\d|999[0-8])"
 _DATE = r"(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])"
 _TIME = r"(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d(?:\.\d{1,6})?"
 _ZONE = r"(?:Z|[+-](?:[01]\d|2[0-3]):[0-5]\d)"
