@@ -274,9 +274,9 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
     try:
         raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError("<file>", f"config file {origin} does not exist") from None
+        raise ConfigError("", f"config file {origin} does not exist") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("<file>", f"not valid TOML: {exc}", source=origin) from None
+        raise ConfigError("", f"not valid TOML: {exc}", source=origin) from None
     return parse_config(raw, base_dir=cfg_path.resolve().parent, source=origin)
 
 

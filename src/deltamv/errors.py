@@ -51,7 +51,8 @@ class ConfigError(DeltaMVError):
         self.reason = reason
         self.source = source
         where = f"{source}: " if source else ""
-        super().__init__(f"{where}{key}: {reason}")
+        what = f"{key}: " if key else ""  # no key: the file itself is wrong
+        super().__init__(f"{where}{what}{reason}")
 
     def _fields(self) -> dict[str, Any]:
         return {"key": self.key, "reason": self.reason, "source": self.source}

@@ -58,11 +58,12 @@ def register_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 # -- check ---------------------------------------------------------------------------------
 def _check(args: argparse.Namespace) -> int:
-    from deltamv.check.invariants import check_job
+    from deltamv.check.invariants import check_job, views_to_check
     from deltamv.config import load_config
     from deltamv.session import build_spark
 
     config = load_config(args.config)
+    views_to_check(config, args.view)  # before Spark starts: unknown views, no versions yet
     truth = None
     if args.truth:
         from deltamv.sim import Truth

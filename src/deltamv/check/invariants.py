@@ -29,7 +29,7 @@ from deltamv.check.oracle import TruthSource, expected_view
 from deltamv.config import InvariantConfig, JobConfig
 from deltamv.errors import DeltaMVError
 
-__all__ = ["CheckReport", "ViewCheck", "Violation", "check_job"]
+__all__ = ["CheckReport", "ViewCheck", "Violation", "check_job", "views_to_check"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,24 @@ class CheckReport:
         return [x for v in self.views for x in v.violations]
 
 
+def views_to_check(config: JobConfig, views: Sequence[str] | None = None) -> list[str]:
+    """The names of the views to check (all of the config's without ``views``).
+
+    Raises DeltaMVError for an unknown name, and when none of them has a version yet
+    (saying what to run): cheap, so the command line asks before it starts Spark.
+    """
+    names = list(views) if views else list(config.views)
+    for name in names:
+        if name not in config.views:
+            raise DeltaMVError(f"unknown view {name!r} (views: {', '.join(sorted(config.views))})")
+    if all(delta.table_version(config.views[n].path) is None for n in names):
+        raise DeltaMVError(
+            f"no view of job {config.name!r} has a version yet, so there is nothing to check:"
+            f" run `deltamv run {config.origin} --once` first"
+        )
+    return names
+
+
 def check_job(
     spark: SparkSession,
     config: JobConfig,
@@ -100,16 +118,8 @@ def check_job(
     At most ``max_violations`` violations are recorded per view (the first ones, in
     version order). Raises DeltaMVError for an unknown view name.
     """
-    names = list(views) if views else list(config.views)
-    for name in names:
-        if name not in config.views:
-            raise DeltaMVError(f"unknown view {name!r} (views: {', '.join(sorted(config.views))})")
+    names = views_to_check(config, views)
     checks = {name: ViewCheck(name) for name in names}
-    if all(delta.table_version(config.views[n].path) is None for n in names):
-        raise DeltaMVError(
-            f"no view of job {config.name!r} has a version yet, so there is nothing to check:"
-            f" run `deltamv run {config.origin} --once` first"
-        )
     histories: dict[str, list[delta.VersionInfo]] = {}
     for name in names:
         result = checks[name]
