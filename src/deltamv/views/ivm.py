@@ -234,10 +234,9 @@ class ScanOp(Op):
         by_name = keys.rename_columns(names).select(names) if names else keys
         if not names:
             raise Unsupported("a scan of a whole table")
-        strict = not all(null_safe)
         if b.initial and not new:
             return empty(self.output)
-        found = self.mirror.lookup(names, by_name, null_safe=not strict).drop_columns([ROWID])
+        found = self.mirror.lookup(names, by_name, null_safe=list(null_safe)).drop_columns([ROWID])
         rows = self._named(found)
         if not new or b.initial:
             return conform(rows, self.output)
@@ -1063,7 +1062,7 @@ class AggregateOp(Op):
         wanted = normalise_floats(keys.rename_columns(names), names)
         if b.initial and not new:
             return empty(self.output)
-        stored = self.state.lookup(names, wanted, null_safe=all(null_safe))
+        stored = self.state.lookup(names, wanted, null_safe=list(null_safe))
         if new:
             self.delta(b)
             fresh = b.cache.get((id(self), "new"))
