@@ -808,6 +808,7 @@ class AggregateOp(Op):
                 raise Unsupported(f"aggregate function {call.function}")
             for arg in call.args:
                 sql(arg, _col)
+            _agg_sql(call)  # the full evaluation (and touched-group recompute) needs it
         self.group_attrs = [
             Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
         ]
@@ -1113,10 +1114,49 @@ def _agg_sql(call: AggCall) -> str:
         return f"CAST(sum({distinct}{args[0]}){filt} AS {duck_type(call.dtype)})"
     if fn == "Average":
         t = result_type(call.args[0])
-        if decimal_of(t) is not None or t in ("float", "double"):
-            raise Unsupported(f"AVG of {t} values outside COUNT/SUM/AVG-only aggregates")
+        if t in ("float", "double"):
+            raise Unsupported(f"AVG of {t} values (Spark's result depends on row order)")
+        dec = decimal_of(t)
+        if dec is not None:
+            if call.distinct:
+                raise Unsupported(f"AVG(DISTINCT) of {t} values")
+            cond = sql(call.filter, _col) if call.filter is not None else "TRUE"
+            return _decimal_avg_sql(args[0], cond, dec, call.dtype)
         return f"CAST(avg({distinct}{args[0]}){filt} AS DOUBLE)"
     raise Unsupported(f"aggregate function {fn}")
+
+
+def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> str:
+    """Spark's AVG of a DECIMAL(p,s) column, exactly, in integer arithmetic (DuckDB divides
+    decimals in DOUBLE). Spark divides the DECIMAL(p+10,s) sum by the count as a
+    DECIMAL(20,0), rounding half up to the division's scale, then casts the quotient to
+    the result type, rounding half up again; both roundings are spelled out here, on the
+    sum's unscaled value (overflow is an error in DuckDB, never a wrong value)."""
+    from deltamv.views.expr import _bounded
+
+    p, s = dec
+    result = decimal_of(dtype)
+    assert result is not None
+    rp, rs = result
+    sum_p, sum_s = _bounded(p + 10, s)
+    div_scale = max(6, sum_s + 20 + 1)
+    _, div_scale = _bounded(sum_p - sum_s + div_scale, div_scale)
+    present = f"({cond}) AND ({arg}) IS NOT NULL"
+    total = f"sum(CASE WHEN {present} THEN CAST(({arg}) * {10**s} AS HUGEINT) END)"
+    n = f"CAST(count(CASE WHEN {present} THEN 1 END) AS HUGEINT)"
+    # |q| rounded half up (away from zero) to the division's scale, then to the result's
+    first = f"((abs({total}) * {10 ** (div_scale - s)} * 2 + {n}) // (2 * {n}))"
+    if div_scale >= rs:
+        step = 10 ** (div_scale - rs)
+        second = f"(({first} * 2 + {step}) // {2 * step})"
+    else:
+        second = f"({first} * {10 ** (rs - div_scale)})"
+    unscaled = f"(CAST(sign({total}) AS HUGEINT) * {second})"
+    return (
+        f"CASE WHEN {n} = 0 THEN NULL ELSE CAST(CAST({unscaled} AS DECIMAL(38,0))"
+        f" * CAST('{decimal.Decimal(1).scaleb(-rs)}' AS DECIMAL({rs + 1},{rs}))"
+        f" AS DECIMAL({rp},{rs})) END"
+    )
 
 
 def _final_value(call: AggCall, sums: pa.ChunkedArray | None, counts: pa.ChunkedArray) -> pa.Array:
