@@ -760,7 +760,15 @@ def _agg_type(fn: Expr) -> Any:
         return "double"
     if kind in ("Min", "Max"):
         return arg
+    if kind == "First" and _ignores_nulls(fn):
+        return arg
     raise Unsupported(f"aggregate function {kind}")
+
+
+def _ignores_nulls(fn: Expr) -> bool:
+    """FIRST(x) IGNORE NULLS, as Spark's rewrite of several DISTINCT aggregates uses it to
+    pick each group's one row of regular aggregates (any other FIRST depends on order)."""
+    return fn.fields.get("ignoreNulls") is True
 
 
 def _replace_aggs(
@@ -804,7 +812,7 @@ class AggregateOp(Op):
         self.small = not self.groups
         self.name = name
         for call in self.calls:
-            if call.function not in ("Count", "Sum", "Average", "Min", "Max"):
+            if call.function not in ("Count", "Sum", "Average", "Min", "Max", "First"):
                 raise Unsupported(f"aggregate function {call.function}")
             for arg in call.args:
                 sql(arg, _col)
@@ -1107,6 +1115,8 @@ def _agg_sql(call: AggCall) -> str:
         return f"count(CASE WHEN {present} THEN 1 END){filt}"
     if fn in ("Min", "Max"):
         return f"{fn.lower()}({distinct}{args[0]}){filt}"
+    if fn == "First":  # IGNORE NULLS (checked by _agg_type); DuckDB's any_value skips NULLs
+        return f"any_value({args[0]}){filt}"
     if fn == "Sum":
         t = result_type(call.args[0])
         if t in ("float", "double"):
