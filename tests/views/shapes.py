@@ -24,6 +24,8 @@ SHAPES: dict[str, str] = {
     "total_dec": "SELECT SUM(credit) AS s, AVG(credit) AS av, COUNT(credit) AS nc"
     " FROM accounts WHERE active",
     "negative": "SELECT COUNT(*) AS negative FROM accounts WHERE balance < 0",
+    # an expression over a global aggregate (the demo's transfer totals)
+    "moved": "SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS moved FROM transfers",
     # NULL group keys; groups emptied and re-created; zero-sum groups; AVG of BIGINT
     "by_owner": "SELECT owner, SUM(balance) AS s, COUNT(*) AS n, COUNT(balance) AS nb,"
     " AVG(balance) AS av FROM accounts GROUP BY owner",
