@@ -84,13 +84,18 @@ class KeyedTable:
         self.db.execute(f"DROP TABLE IF EXISTS {_q(self.name)}")
 
     def lookup(
-        self, columns: Sequence[str], keys: pa.Table, *, null_safe: bool = False
+        self, columns: Sequence[str], keys: pa.Table, *, null_safe: bool | Sequence[bool] = False
     ) -> pa.Table:
         """The rows whose ``columns`` equal one of the rows of ``keys`` (same column names),
-        with their ``__rowid``. NULL keys match nothing unless ``null_safe`` (``<=>``).
+        with their ``__rowid``. A NULL in a key column matches nothing unless that column
+        is ``null_safe`` (``<=>``; one flag for all columns, or one per column).
         Uses the index on ``columns`` (create it with :meth:`ensure_index`)."""
         out_schema = pa.schema([(ROWID, pa.int64()), *self.schema])
         columns = list(columns)
+        flags = [null_safe] * len(columns) if isinstance(null_safe, bool) else list(null_safe)
+        if len(flags) != len(columns):
+            raise ValueError(f"{len(flags)} null-safety flags for {len(columns)} key columns")
+        safe = dict(zip(columns, flags, strict=True))
         keys = keys.select(columns)
         if keys.num_rows > 1:
             keys = keys.group_by(columns).aggregate([])
@@ -101,7 +106,7 @@ class KeyedTable:
         patterns = masks.group_by(columns).aggregate([]).to_pylist() if keys.num_rows else []
         for pattern in patterns:
             nulls = [c for c in columns if pattern[c]]
-            if nulls and not null_safe:
+            if any(not safe[c] for c in nulls):
                 continue
             chosen = keys
             for c in columns:

@@ -234,10 +234,9 @@ class ScanOp(Op):
         by_name = keys.rename_columns(names).select(names) if names else keys
         if not names:
             raise Unsupported("a scan of a whole table")
-        strict = not all(null_safe)
         if b.initial and not new:
             return empty(self.output)
-        found = self.mirror.lookup(names, by_name, null_safe=not strict).drop_columns([ROWID])
+        found = self.mirror.lookup(names, by_name, null_safe=list(null_safe)).drop_columns([ROWID])
         rows = self._named(found)
         if not new or b.initial:
             return conform(rows, self.output)
@@ -761,7 +760,15 @@ def _agg_type(fn: Expr) -> Any:
         return "double"
     if kind in ("Min", "Max"):
         return arg
+    if kind == "First" and _ignores_nulls(fn):
+        return arg
     raise Unsupported(f"aggregate function {kind}")
+
+
+def _ignores_nulls(fn: Expr) -> bool:
+    """FIRST(x) IGNORE NULLS, as Spark's rewrite of several DISTINCT aggregates uses it to
+    pick each group's one row of regular aggregates (any other FIRST depends on order)."""
+    return fn.fields.get("ignoreNulls") is True
 
 
 def _replace_aggs(
@@ -805,10 +812,11 @@ class AggregateOp(Op):
         self.small = not self.groups
         self.name = name
         for call in self.calls:
-            if call.function not in ("Count", "Sum", "Average", "Min", "Max"):
+            if call.function not in ("Count", "Sum", "Average", "Min", "Max", "First"):
                 raise Unsupported(f"aggregate function {call.function}")
             for arg in call.args:
                 sql(arg, _col)
+            _agg_sql(call)  # the full evaluation (and touched-group recompute) needs it
         self.group_attrs = [
             Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
         ]
@@ -1063,7 +1071,7 @@ class AggregateOp(Op):
         wanted = normalise_floats(keys.rename_columns(names), names)
         if b.initial and not new:
             return empty(self.output)
-        stored = self.state.lookup(names, wanted, null_safe=all(null_safe))
+        stored = self.state.lookup(names, wanted, null_safe=list(null_safe))
         if new:
             self.delta(b)
             fresh = b.cache.get((id(self), "new"))
@@ -1107,6 +1115,8 @@ def _agg_sql(call: AggCall) -> str:
         return f"count(CASE WHEN {present} THEN 1 END){filt}"
     if fn in ("Min", "Max"):
         return f"{fn.lower()}({distinct}{args[0]}){filt}"
+    if fn == "First":  # IGNORE NULLS (checked by _agg_type); DuckDB's any_value skips NULLs
+        return f"any_value({args[0]}){filt}"
     if fn == "Sum":
         t = result_type(call.args[0])
         if t in ("float", "double"):
@@ -1114,10 +1124,49 @@ def _agg_sql(call: AggCall) -> str:
         return f"CAST(sum({distinct}{args[0]}){filt} AS {duck_type(call.dtype)})"
     if fn == "Average":
         t = result_type(call.args[0])
-        if decimal_of(t) is not None or t in ("float", "double"):
-            raise Unsupported(f"AVG of {t} values outside COUNT/SUM/AVG-only aggregates")
+        if t in ("float", "double"):
+            raise Unsupported(f"AVG of {t} values (Spark's result depends on row order)")
+        dec = decimal_of(t)
+        if dec is not None:
+            if call.distinct:
+                raise Unsupported(f"AVG(DISTINCT) of {t} values")
+            cond = sql(call.filter, _col) if call.filter is not None else "TRUE"
+            return _decimal_avg_sql(args[0], cond, dec, call.dtype)
         return f"CAST(avg({distinct}{args[0]}){filt} AS DOUBLE)"
     raise Unsupported(f"aggregate function {fn}")
+
+
+def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> str:
+    """Spark's AVG of a DECIMAL(p,s) column, exactly, in integer arithmetic (DuckDB divides
+    decimals in DOUBLE). Spark divides the DECIMAL(p+10,s) sum by the count as a
+    DECIMAL(20,0), rounding half up to the division's scale, then casts the quotient to
+    the result type, rounding half up again; both roundings are spelled out here, on the
+    sum's unscaled value (overflow is an error in DuckDB, never a wrong value)."""
+    from deltamv.views.expr import _bounded
+
+    p, s = dec
+    result = decimal_of(dtype)
+    assert result is not None
+    rp, rs = result
+    sum_p, sum_s = _bounded(p + 10, s)
+    div_scale = max(6, sum_s + 20 + 1)
+    _, div_scale = _bounded(sum_p - sum_s + div_scale, div_scale)
+    present = f"({cond}) AND ({arg}) IS NOT NULL"
+    total = f"sum(CASE WHEN {present} THEN CAST(({arg}) * {10**s} AS HUGEINT) END)"
+    n = f"CAST(count(CASE WHEN {present} THEN 1 END) AS HUGEINT)"
+    # |q| rounded half up (away from zero) to the division's scale, then to the result's
+    first = f"((abs({total}) * {10 ** (div_scale - s)} * 2 + {n}) // (2 * {n}))"
+    if div_scale >= rs:
+        step = 10 ** (div_scale - rs)
+        second = f"(({first} * 2 + {step}) // {2 * step})"
+    else:
+        second = f"({first} * {10 ** (rs - div_scale)})"
+    unscaled = f"(CAST(sign({total}) AS HUGEINT) * {second})"
+    return (
+        f"CASE WHEN {n} = 0 THEN NULL ELSE CAST(CAST({unscaled} AS DECIMAL(38,0))"
+        f" * CAST('{decimal.Decimal(1).scaleb(-rs)}' AS DECIMAL({rs + 1},{rs}))"
+        f" AS DECIMAL({rp},{rs})) END"
+    )
 
 
 def _final_value(call: AggCall, sums: pa.ChunkedArray | None, counts: pa.ChunkedArray) -> pa.Array:

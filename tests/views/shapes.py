@@ -1,0 +1,133 @@
+"""The SQL shapes the differential tests maintain, over two small tables.
+
+``accounts`` and ``transfers`` are the only table names in the shapes (the Spark oracle
+renames them per random database state), and no alias or column reuses those words.
+Each shape names the cases of DESIGN.md ("Incremental maintenance") it is there for.
+"""
+
+from __future__ import annotations
+
+ACCOUNTS = (
+    "id BIGINT, owner STRING, region INT, balance BIGINT, credit DECIMAL(10,2),"
+    " opened DATE, seen TIMESTAMP, active BOOLEAN, rate DOUBLE"
+)
+TRANSFERS = (
+    "id BIGINT, src BIGINT, dst BIGINT, owner STRING, amount BIGINT, fee DECIMAL(12,3), day DATE"
+)
+TABLES = {"accounts": (ACCOUNTS, ("id",)), "transfers": (TRANSFERS, ("id",))}
+
+# name -> SQL; every one of them is maintained incrementally.
+SHAPES: dict[str, str] = {
+    # global aggregates: one row over empty input, SUM over only NULLs, COUNT(col) vs (*)
+    "total": "SELECT SUM(balance) AS total, COUNT(*) AS n, COUNT(balance) AS nb,"
+    " AVG(balance) AS av FROM accounts",
+    "total_dec": "SELECT SUM(credit) AS s, AVG(credit) AS av, COUNT(credit) AS nc"
+    " FROM accounts WHERE active",
+    "negative": "SELECT COUNT(*) AS negative FROM accounts WHERE balance < 0",
+    # an expression over a global aggregate (the demo's transfer totals)
+    "moved": "SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS moved FROM transfers",
+    # NULL group keys; groups emptied and re-created; zero-sum groups; AVG of BIGINT
+    "by_owner": "SELECT owner, SUM(balance) AS s, COUNT(*) AS n, COUNT(balance) AS nb,"
+    " AVG(balance) AS av FROM accounts GROUP BY owner",
+    # two NULL-able group keys; DECIMAL SUM and AVG; SUM of INT
+    "by_owner_region": "SELECT owner, region, SUM(credit) AS s, AVG(credit) AS av,"
+    " SUM(region) AS sr, COUNT(*) AS n FROM accounts GROUP BY owner, region",
+    # a computed group key; FILTER clauses
+    "by_sign": "SELECT balance % 3 AS m, COUNT(*) AS n,"
+    " COUNT(*) FILTER (WHERE active) AS na, SUM(balance) FILTER (WHERE region > 1) AS sf"
+    " FROM accounts GROUP BY balance % 3",
+    # HAVING crossing the predicate both ways
+    "having_count": "SELECT owner, COUNT(*) AS n, SUM(balance) AS s FROM accounts"
+    " GROUP BY owner HAVING COUNT(*) > 1",
+    "having_sum": "SELECT region, SUM(balance) AS s FROM accounts GROUP BY region"
+    " HAVING SUM(balance) > 0",
+    # DISTINCT (an aggregate without functions)
+    "distinct_owner": "SELECT DISTINCT owner, active FROM accounts",
+    # an aggregate over an aggregate
+    "histogram": "SELECT n, COUNT(*) AS groups FROM (SELECT owner, COUNT(*) AS n"
+    " FROM accounts GROUP BY owner) GROUP BY n",
+    # MIN/MAX: ties, the only extreme, all-NULL groups; several types
+    "minmax": "SELECT owner, MIN(balance) AS mn, MAX(balance) AS mx FROM accounts GROUP BY owner",
+    "minmax_types": "SELECT region, MIN(opened) AS o, MAX(seen) AS s, MIN(owner) AS w,"
+    " MAX(credit) AS c, MAX(active) AS a, MIN(rate) AS r, COUNT(*) AS n FROM accounts"
+    " GROUP BY region",
+    "minmax_having": "SELECT owner, MAX(balance) AS mx FROM accounts GROUP BY owner"
+    " HAVING MAX(balance) > 10",
+    # COUNT(DISTINCT): one, several, mixed with linear aggregates
+    "count_distinct": "SELECT owner, COUNT(DISTINCT balance) AS d FROM accounts GROUP BY owner",
+    "multi_distinct": "SELECT owner, COUNT(DISTINCT balance) AS db, COUNT(DISTINCT region)"
+    " AS dr, COUNT(*) AS n, SUM(balance) AS s FROM accounts GROUP BY owner",
+    # projections and filters: CASE, COALESCE, arithmetic, types
+    "project": "SELECT id * 2 AS x, CASE WHEN balance > 50 THEN 'hi' ELSE owner END AS y,"
+    " balance % 7 AS z, COALESCE(balance, -1) + region AS w, credit * 2 AS c2,"
+    " NOT active AS inactive FROM accounts WHERE owner IS NOT NULL OR balance > 10",
+    "project_types": "SELECT id, opened, seen, credit + 1.5 AS c, owner || '!' AS o,"
+    " length(owner) AS l, COALESCE(active, FALSE) AS a FROM accounts"
+    " WHERE opened >= DATE '2024-01-02' OR seen < TIMESTAMP '2024-01-01 12:00:00'",
+    # inner joins: strict keys (NULL never matches), null-safe keys, several keys
+    "join": "SELECT t.id, t.amount, a.owner FROM transfers t JOIN accounts a ON t.src = a.id",
+    "join_nullsafe": "SELECT t.id AS tid, a.id AS aid FROM transfers t JOIN accounts a"
+    " ON t.owner <=> a.owner",
+    "join_mixed_keys": "SELECT t.id AS tid, a.id AS aid FROM transfers t JOIN accounts a"
+    " ON t.src = a.id AND t.owner <=> a.owner",
+    "self_join": "SELECT x.id, y.id AS yid FROM accounts x JOIN accounts y"
+    " ON x.owner <=> y.owner AND x.id < y.id",
+    # outer joins: NULL-padded rows appearing and disappearing
+    "left_join": "SELECT a.id, a.owner, t.id AS tid, t.amount FROM accounts a"
+    " LEFT JOIN transfers t ON t.dst = a.id",
+    "left_join_residual": "SELECT a.id, t.id AS tid FROM accounts a LEFT JOIN transfers t"
+    " ON t.dst = a.id AND t.amount > a.balance",
+    "right_join": "SELECT a.id, a.balance, t.id AS tid FROM accounts a"
+    " RIGHT JOIN transfers t ON a.id = t.src",
+    "full_join": "SELECT a.id, t.id AS tid, a.owner AS ao, t.owner AS tow FROM accounts a"
+    " FULL JOIN transfers t ON a.owner = t.owner",
+    "full_join_nullsafe": "SELECT a.id, t.id AS tid FROM accounts a FULL JOIN transfers t"
+    " ON a.owner <=> t.owner AND a.id = t.src",
+    # semi and anti joins
+    "semi_in": "SELECT a.id, a.owner FROM accounts a WHERE a.id IN (SELECT src FROM transfers)",
+    "semi_exists": "SELECT a.id FROM accounts a WHERE EXISTS (SELECT 1 FROM transfers t"
+    " WHERE t.dst = a.id AND t.amount > 10)",
+    "anti_exists": "SELECT a.id, a.balance FROM accounts a WHERE NOT EXISTS"
+    " (SELECT 1 FROM transfers t WHERE t.src = a.id)",
+    # correlated scalar subqueries (a left join with an aggregate)
+    "scalar_count": "SELECT id, owner, (SELECT COUNT(*) FROM transfers t WHERE t.src = a.id)"
+    " AS n FROM accounts a",
+    "scalar_sum": "SELECT id, (SELECT SUM(amount) FROM transfers t WHERE t.dst = a.id)"
+    " AS s FROM accounts a",
+    "scalar_max": "SELECT id, (SELECT MAX(amount) FROM transfers t WHERE t.src = a.id)"
+    " AS m FROM accounts a",
+    # cross join of global aggregates
+    "cross_totals": "SELECT p.n, q.s, q.c FROM (SELECT COUNT(*) AS n FROM accounts) p"
+    " CROSS JOIN (SELECT SUM(amount) AS s, COUNT(*) AS c FROM transfers) q",
+    # joins feeding aggregates
+    "join_agg": "SELECT a.owner, SUM(t.amount) AS s, COUNT(*) AS c, SUM(t.fee) AS f"
+    " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
+    "left_join_agg": "SELECT a.owner, COUNT(*) AS c, COUNT(t.id) AS matched,"
+    " SUM(t.amount) AS s FROM accounts a LEFT JOIN transfers t ON t.dst = a.id"
+    " GROUP BY a.owner",
+    "join_max": "SELECT a.owner, MAX(t.amount) AS mx, MIN(t.day) AS first_day"
+    " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
+    "global_join_agg": "SELECT COUNT(*) AS c, COUNT(a.id) AS matched FROM transfers t"
+    " LEFT JOIN accounts a ON t.dst = a.id",
+}
+
+# name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
+RECOMPUTE: dict[str, tuple[str, str]] = {
+    "window": (
+        "SELECT id, owner, SUM(balance) OVER (PARTITION BY owner) AS s FROM accounts",
+        "a window function",
+    ),
+    "top3": (
+        "SELECT id, balance FROM accounts ORDER BY balance DESC NULLS LAST, id LIMIT 3",
+        "LIMIT",
+    ),
+    "sorted": ("SELECT id, balance FROM accounts ORDER BY balance", "ORDER BY"),
+    "union": ("SELECT id FROM accounts UNION ALL SELECT id FROM transfers", "UNION"),
+    "theta_join": (
+        "SELECT a.id, t.id AS tid FROM accounts a JOIN transfers t ON t.amount > a.balance",
+        "a inner join without an equality between the two sides",
+    ),
+    "sum_double": ("SELECT SUM(rate) AS s FROM accounts", "SUM of floating-point values"),
+    "avg_double": ("SELECT owner, AVG(rate) AS r FROM accounts GROUP BY owner", "AVG of double"),
+    "random": ("SELECT id, rand() AS r FROM accounts", "Rand"),
+}

@@ -1,0 +1,68 @@
+"""Which views are maintained incrementally, as the job's ViewSet decides at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from deltamv.compute import Compute
+from deltamv.errors import ConfigError
+from deltamv.job.views import ViewSet
+from deltamv.state.keyed import Mirror
+from deltamv.state.store import StateStore
+
+from .harness import job_config
+from .shapes import RECOMPUTE, SHAPES, TABLES
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_differential_shapes_are_incremental(viewset: ViewSet, shape: str) -> None:
+    view = viewset.views[shape]
+    assert view.describe == "incremental"
+    assert view.maintainer is not None
+
+
+@pytest.mark.parametrize("shape", sorted(RECOMPUTE))
+def test_shapes_outside_the_rules_are_recomputed(viewset: ViewSet, shape: str) -> None:
+    view = viewset.views[shape]
+    reason = RECOMPUTE[shape][1]
+    assert view.mode == "recompute"
+    assert view.maintainer is None
+    assert view.describe.startswith("recompute: ")
+    assert reason in view.reason, view.describe
+
+
+def _viewset(spark: SparkSession, compute: Compute, folder: Path, sql: str, mode: str) -> ViewSet:
+    config = job_config(TABLES, {"v": sql}, folder, maintain={"v": mode})
+    store = StateStore(folder / "state.db", job=config.name, start_ts=0)
+    mirrors = {
+        name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
+        for name, t in config.tables.items()
+    }
+    try:
+        return ViewSet(spark, config, store, compute, mirrors)
+    finally:
+        store.close()
+
+
+def test_maintain_recompute_forces_recompute(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    views = _viewset(spark, compute, tmp_path, SHAPES["by_owner"], "recompute")
+    assert views.views["v"].describe == 'recompute: maintain = "recompute"'
+
+
+def test_maintain_incremental_refuses_a_view_outside_the_rules(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError, match=r"views\.v\.maintain.*window function"):
+        _viewset(spark, compute, tmp_path, RECOMPUTE["window"][0], "incremental")
+
+
+def test_maintain_incremental_accepts_a_view_inside_the_rules(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    views = _viewset(spark, compute, tmp_path, SHAPES["join_agg"], "incremental")
+    assert views.views["v"].describe == "incremental"
