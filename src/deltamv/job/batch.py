@@ -315,4 +315,3 @@ class BatchRunner:
             self.store.finish_batch(
                 -1, committed_watermark=self.store.progress().watermark, duration_ms=0
             )
-
