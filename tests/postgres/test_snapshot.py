@@ -140,3 +140,15 @@ def test_copy_streams_in_bounded_batches(pg: psycopg.Connection) -> None:
     assert row["raw"] == bytes.fromhex(__import__("hashlib").md5(b"123").hexdigest())
     assert pg.execute("SELECT 1").fetchone() == (1,)  # the connection is usable again
     assert current_wal_lsn(pg) > 0
+
+
+def test_an_empty_table_copies_as_no_rows(pg: psycopg.Connection, pg_dsn: str) -> None:
+    """An empty table (a ledger nobody wrote yet) copies as no rows, beside a full one."""
+    pg.execute(
+        "CREATE TABLE empty (id int PRIMARY KEY, v text);"
+        "CREATE TABLE one (id int PRIMARY KEY); INSERT INTO one VALUES (1)"
+    )
+    tables = list(read_catalog(pg, [("empty", None), ("one", None)]).values())
+    with connect(pg_dsn) as copier:
+        got = [(name, batch.num_rows) for name, batch in copy_tables(copier, None, tables)]
+    assert got == [("one", 1)]

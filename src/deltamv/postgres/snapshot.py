@@ -110,6 +110,9 @@ def copy_table(
     schema = snapshot_schema(table)
     with conn.cursor() as cur, cur.copy(query) as copy:
         stream = io.BufferedReader(_CopyReader(copy), buffer_size=1 << 20)
+        if not stream.peek(1):  # an empty table: pyarrow refuses an empty CSV stream
+            stream.close()
+            return
         reader = pacsv.open_csv(stream, read_options, parse_options, convert_options)
         for raw in reader:
             for start in range(0, raw.num_rows, batch_rows):
