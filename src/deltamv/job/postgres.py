@@ -36,6 +36,7 @@ from deltamv.job.upstream import Lap
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.postgres import (
     PgTable,
+    TruncatedMeanwhile,
     advance_slot,
     connect,
     copy_tables,
@@ -62,6 +63,7 @@ _AFTER = "after_lsn"  # the batch start: every transaction committed below it is
 _TSO = "last_tso"
 _COMMIT_LSN = "last_commit_lsn"
 _COMMIT_TIME = "last_commit_time_us"
+_SNAPSHOT_TRIES = 5  # snapshots taken again when a table was truncated meanwhile
 
 
 def slot_name(config: JobConfig) -> str:
@@ -135,10 +137,25 @@ class PostgresUpstream:
         return self._copy(store)
 
     def _copy(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
+        for attempt in range(1, _SNAPSHOT_TRIES + 1):
+            copied = False
+            try:
+                for item in self._copy_once(store):
+                    copied = True
+                    yield item
+                return
+            except TruncatedMeanwhile as exc:
+                if copied or attempt == _SNAPSHOT_TRIES:
+                    raise
+                log.warning("%s (attempt %d): dropping slot %s, taking a new snapshot",
+                            exc, attempt, self.slot)  # fmt: skip
+                drop_slot(self._connection(), self.slot)
+
+    def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         started_us = time.time_ns() // 1000
         with (
             create_slot(self.dsn, self.slot) as exported,
-            connect(self.dsn, autocommit=False) as copy,
+            connect(self.dsn) as copy,  # autocommit: the copy opens its own transaction
         ):
             for name, batch in copy_tables(copy, exported.snapshot_name,
                                            list(self.pg_tables.values())):  # fmt: skip
