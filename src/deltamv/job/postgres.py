@@ -164,6 +164,9 @@ class PostgresUpstream:
             # stand at the time the slot was created.
             ts = commit_tso(started_us, 0)
             store.set_source_position(_AFTER, str(exported.consistent_lsn))
+            # The first versions' deltamv.pg_lsn: the consistent point (every transaction
+            # whose commit record starts below it is in the copy, none above it).
+            store.set_source_position(_COMMIT_LSN, str(exported.consistent_lsn))
             store.set_source_position(_TSO, str(ts))
             store.set_watermark(ts)
             log.info(
