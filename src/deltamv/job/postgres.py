@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -49,6 +50,7 @@ from deltamv.postgres import (
     read_changes,
     slot_status,
 )
+from deltamv.postgres.changes import column_diff
 from deltamv.postgres.source import SOURCE_NAME
 from deltamv.postgres.timestamps import commit_tso
 from deltamv.state.store import StateStore
@@ -63,7 +65,12 @@ _AFTER = "after_lsn"  # the batch start: every transaction committed below it is
 _TSO = "last_tso"
 _COMMIT_LSN = "last_commit_lsn"
 _COMMIT_TIME = "last_commit_time_us"
+_COLUMNS = "columns."  # + table name: its PostgreSQL columns at the snapshot
 _SNAPSHOT_TRIES = 5  # snapshots taken again when a table was truncated meanwhile
+
+
+def _columns(table: PgTable) -> tuple[tuple[str, int, int], ...]:
+    return tuple((c.name, c.type_oid, c.typmod) for c in table.pg_columns)
 
 
 def slot_name(config: JobConfig) -> str:
@@ -127,6 +134,23 @@ class PostgresUpstream:
                     f"replication slot {self.slot} was invalidated by PostgreSQL (the WAL it"
                     " held was removed): start the job with a new checkpoint and new output paths"
                 )
+            self._check_columns(store)
+
+    def _check_columns(self, store: StateStore) -> None:
+        """Refuse a table whose columns changed since the snapshot (the catalog is read
+        afresh at every start; the slot's changes would no longer match it)."""
+        for name, table in self.pg_tables.items():
+            recorded = store.source_position(_COLUMNS + name)
+            if recorded is None:
+                continue  # a state from before the columns were recorded
+            was = tuple((n, t, m) for n, t, m in json.loads(recorded))
+            now = _columns(table)
+            if was != now:
+                raise StateError(
+                    f"columns of {table.qualified} changed since the job's snapshot:"
+                    f" {column_diff(was, now)}; nothing more is committed (restart the job"
+                    " from a new snapshot to take the new columns)"
+                )
 
     def snapshot(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         """Create the slot with an exported snapshot and copy every table in it."""
@@ -169,6 +193,8 @@ class PostgresUpstream:
             store.set_source_position(_COMMIT_LSN, str(exported.consistent_lsn))
             store.set_source_position(_TSO, str(ts))
             store.set_watermark(ts)
+            for name, table in self.pg_tables.items():
+                store.set_source_position(_COLUMNS + name, json.dumps(_columns(table)))
             log.info(
                 "copied %d tables at %s (snapshot %s)", len(self.pg_tables),
                 format_lsn(exported.consistent_lsn), exported.snapshot_name,
@@ -254,7 +280,6 @@ class PostgresUpstream:
             return read(self._connection())
 
     def _logged_offset(self, batch: int) -> int:
-        import json
 
         path = self.offset_log / str(batch)
         try:
