@@ -30,6 +30,7 @@ import psycopg
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from deltamv import faults
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, TableConfig
 from deltamv.errors import StateError
@@ -184,6 +185,7 @@ class PostgresUpstream:
             for name, batch in copy_tables(copy, exported.snapshot_name,
                                            list(self.pg_tables.values())):  # fmt: skip
                 yield name, pa.Table.from_batches([batch])
+                faults.point("during-copy")
             # Every transaction committed before the snapshot is in it: the first versions
             # stand at the time the slot was created.
             ts = commit_tso(started_us, 0)
