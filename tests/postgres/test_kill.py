@@ -140,3 +140,42 @@ def test_killed_during_the_copy_and_before_the_advance_and_restarted(
     bank.check_final(out, pg_dsn)
     assert len(found["total"]) >= 4
     assert _confirmed(pg_dsn) == bank.position(checkpoint)[0]  # the last run advanced it
+
+
+@pytest.mark.parametrize("when", ["start", "idle"])
+def test_sigterm_to_the_driver_alone_stops_a_continuous_run(
+    pg_dsn: str, tmp_path: Path, when: str
+) -> None:
+    """SIGTERM to the driver process only (not its JVM) stops a continuous run with exit 0:
+    sent during the start (right after the first versions, before the streaming query
+    may have started: the stop waits for it), or while it idles (the main thread waits
+    for the query in short calls, so the handler runs)."""
+    with connect(pg_dsn) as pg:
+        pg.execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f'[job]\nname = "term"\ncheckpoint = "ck"\n\n[source]\nkind = "postgres"\n'
+        f'dsn = "{pg_dsn}"\n\n[tables.t]\n\n[views.v]\nsql = "SELECT COUNT(*) AS n FROM t"\n'
+        'path = "v"\n'
+    )
+    with open(tmp_path / "run.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "deltamv.cli", "run", str(config)], stdout=log,
+            stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True,
+        )  # fmt: skip
+        try:
+            end = time.monotonic() + 600
+            while delta.table_version(str(tmp_path / "v")) is None:
+                assert proc.poll() is None and time.monotonic() < end, "the job did not start"
+                time.sleep(0.5)
+            while when == "idle" and "batch 0:" not in (tmp_path / "run.log").read_text():
+                assert proc.poll() is None and time.monotonic() < end, "no batch ran"
+                time.sleep(0.5)
+            time.sleep(3 if when == "idle" else 0)
+            proc.send_signal(signal.SIGTERM)
+            rc = proc.wait(timeout=120)
+        finally:
+            _kill_group(proc.pid)
+            _wait_group_gone(proc.pid)
+    assert rc == 0, (tmp_path / "run.log").read_text()[-2000:]
+    assert "stop requested" in (tmp_path / "run.log").read_text()
