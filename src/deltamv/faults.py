@@ -3,7 +3,8 @@
 ``DELTAMV_CRASH_AT=<point>[:<n>]`` makes the process SIGKILL itself the n-th time
 (default 1st) it passes ``point``. Unset, :func:`point` costs one dict lookup. Points
 are placed where a crash is most likely to break exactly-once (:data:`POINTS`, in the
-order a batch passes them). Tests use it (``tests/faults``); users never need it.
+order a batch passes them; :data:`START_POINTS`, passed only by a job's start). Tests
+use it (``tests/faults``, ``tests/postgres``); users never need it.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 
-__all__ = ["POINTS", "point"]
+__all__ = ["POINTS", "START_POINTS", "point"]
 
 POINTS: tuple[str, ...] = (
     "after-stage",  # inside the batch's state transaction, after ingest and maintenance:
@@ -23,6 +24,10 @@ POINTS: tuple[str, ...] = (
     "before-finish",  # every table is committed, the batch is not finished in the state
     "after-finish",  # the state finished the batch; Spark has not written its commit log
     "before-maintenance",  # a batch is done; checkpoints and vacuum have not run
+)
+START_POINTS: tuple[str, ...] = (
+    "during-copy",  # a PostgreSQL job's start: one batch of the snapshot's copy is in the
+    #                 mirror (uncommitted), the rest not copied; the slot exists
 )
 
 _counts: dict[str, int] = {}

@@ -7,9 +7,11 @@ from typing import Any
 
 import psycopg
 import pyarrow as pa
+import pytest
 
 from deltamv.postgres import (
     ChangeBatch,
+    TruncatedMeanwhile,
     connect,
     copy_table,
     copy_tables,
@@ -140,3 +142,48 @@ def test_copy_streams_in_bounded_batches(pg: psycopg.Connection) -> None:
     assert row["raw"] == bytes.fromhex(__import__("hashlib").md5(b"123").hexdigest())
     assert pg.execute("SELECT 1").fetchone() == (1,)  # the connection is usable again
     assert current_wal_lsn(pg) > 0
+
+
+def test_an_empty_table_copies_as_no_rows(pg: psycopg.Connection, pg_dsn: str) -> None:
+    """An empty table (a ledger nobody wrote yet) copies as no rows, beside a full one."""
+    pg.execute(
+        "CREATE TABLE empty (id int PRIMARY KEY, v text);"
+        "CREATE TABLE one (id int PRIMARY KEY); INSERT INTO one VALUES (1)"
+    )
+    tables = list(read_catalog(pg, [("empty", None), ("one", None)]).values())
+    with connect(pg_dsn) as copier:
+        got = [(name, batch.num_rows) for name, batch in copy_tables(copier, None, tables)]
+    assert got == [("one", 1)]
+
+
+def test_a_table_truncated_after_the_snapshot_is_refused_not_copied_empty(
+    pg: psycopg.Connection, pg_dsn: str
+) -> None:
+    """TRUNCATE is not MVCC-safe: in a snapshot taken before it committed, the table reads
+    as empty. The copy locks every table first and refuses one truncated meanwhile."""
+    pg.execute(
+        "CREATE TABLE side (id int PRIMARY KEY); INSERT INTO side SELECT generate_series(1, 5);"
+        "CREATE TABLE other (id int PRIMARY KEY); INSERT INTO other VALUES (1)"
+    )
+    tables = list(read_catalog(pg, [("other", None), ("side", None)]).values())
+    ensure_publication(pg, PUB, tables)
+    with create_slot(pg_dsn, SLOT) as exported, connect(pg_dsn) as copier:
+        with pg.transaction():
+            pg.execute("TRUNCATE side")
+            pg.execute("INSERT INTO side VALUES (9)")
+        with pytest.raises(TruncatedMeanwhile, match=r"table public\.side was truncated"):
+            list(copy_tables(copier, exported.snapshot_name, tables))
+
+
+def test_a_truncate_waits_for_the_copy(pg: psycopg.Connection, pg_dsn: str) -> None:
+    pg.execute("CREATE TABLE a (id int PRIMARY KEY); CREATE TABLE b (id int PRIMARY KEY);"
+               "INSERT INTO a VALUES (1); INSERT INTO b VALUES (1)")  # fmt: skip
+    tables = list(read_catalog(pg, [("a", None), ("b", None)]).values())
+    with connect(pg_dsn) as copier:
+        copy = copy_tables(copier, None, tables)
+        assert next(copy)[0] == "a"  # b is not copied yet, but locked already
+        pg.execute("SET lock_timeout = '200ms'")
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            pg.execute("TRUNCATE b")
+        assert [name for name, _ in copy] == ["b"]
+    pg.execute("TRUNCATE b")

@@ -300,8 +300,11 @@ class BatchRunner:
                 if snapshot is not None:
                     for table, rows in snapshot:
                         mirror = self.mirrors[table]
-                        keyed = rows.select(mirror.schema.names[1:])
-                        keyed = keyed.add_column(0, KEY, pa.nulls(rows.num_rows, pa.string()))
+                        # Rows with a key (PostgreSQL's, keyed as its changes are) are
+                        # found by it; rows without one by primary key (views/mirror.py).
+                        key = (rows.column(KEY) if KEY in rows.column_names
+                               else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
+                        keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
                         mirror.insert(keyed.cast(mirror.schema))
                     self.views.build(list(self.views.views), self.scratch)
                     for target in self.targets.values():

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -29,6 +30,7 @@ import psycopg
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
+from deltamv import faults
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, TableConfig
 from deltamv.errors import StateError
@@ -36,6 +38,7 @@ from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.postgres import (
     PgTable,
+    TruncatedMeanwhile,
     advance_slot,
     connect,
     copy_tables,
@@ -48,6 +51,7 @@ from deltamv.postgres import (
     read_changes,
     slot_status,
 )
+from deltamv.postgres.changes import column_diff
 from deltamv.postgres.source import SOURCE_NAME
 from deltamv.postgres.timestamps import commit_tso
 from deltamv.state.store import StateStore
@@ -62,6 +66,12 @@ _AFTER = "after_lsn"  # the batch start: every transaction committed below it is
 _TSO = "last_tso"
 _COMMIT_LSN = "last_commit_lsn"
 _COMMIT_TIME = "last_commit_time_us"
+_COLUMNS = "columns."  # + table name: its PostgreSQL columns at the snapshot
+_SNAPSHOT_TRIES = 5  # snapshots taken again when a table was truncated meanwhile
+
+
+def _columns(table: PgTable) -> tuple[tuple[str, int, int], ...]:
+    return tuple((c.name, c.type_oid, c.typmod) for c in table.pg_columns)
 
 
 def slot_name(config: JobConfig) -> str:
@@ -125,6 +135,23 @@ class PostgresUpstream:
                     f"replication slot {self.slot} was invalidated by PostgreSQL (the WAL it"
                     " held was removed): start the job with a new checkpoint and new output paths"
                 )
+            self._check_columns(store)
+
+    def _check_columns(self, store: StateStore) -> None:
+        """Refuse a table whose columns changed since the snapshot (the catalog is read
+        afresh at every start; the slot's changes would no longer match it)."""
+        for name, table in self.pg_tables.items():
+            recorded = store.source_position(_COLUMNS + name)
+            if recorded is None:
+                continue  # a state from before the columns were recorded
+            was = tuple((n, t, m) for n, t, m in json.loads(recorded))
+            now = _columns(table)
+            if was != now:
+                raise StateError(
+                    f"columns of {table.qualified} changed since the job's snapshot:"
+                    f" {column_diff(was, now)}; nothing more is committed (restart the job"
+                    " from a new snapshot to take the new columns)"
+                )
 
     def snapshot(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         """Create the slot with an exported snapshot and copy every table in it."""
@@ -135,20 +162,41 @@ class PostgresUpstream:
         return self._copy(store)
 
     def _copy(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
+        for attempt in range(1, _SNAPSHOT_TRIES + 1):
+            copied = False
+            try:
+                for item in self._copy_once(store):
+                    copied = True
+                    yield item
+                return
+            except TruncatedMeanwhile as exc:
+                if copied or attempt == _SNAPSHOT_TRIES:
+                    raise
+                log.warning("%s (attempt %d): dropping slot %s, taking a new snapshot",
+                            exc, attempt, self.slot)  # fmt: skip
+                drop_slot(self._connection(), self.slot)
+
+    def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         started_us = time.time_ns() // 1000
         with (
             create_slot(self.dsn, self.slot) as exported,
-            connect(self.dsn, autocommit=False) as copy,
+            connect(self.dsn) as copy,  # autocommit: the copy opens its own transaction
         ):
             for name, batch in copy_tables(copy, exported.snapshot_name,
                                            list(self.pg_tables.values())):  # fmt: skip
                 yield name, pa.Table.from_batches([batch])
+                faults.point("during-copy")
             # Every transaction committed before the snapshot is in it: the first versions
             # stand at the time the slot was created.
             ts = commit_tso(started_us, 0)
             store.set_source_position(_AFTER, str(exported.consistent_lsn))
+            # The first versions' deltamv.pg_lsn: the consistent point (every transaction
+            # whose commit record starts below it is in the copy, none above it).
+            store.set_source_position(_COMMIT_LSN, str(exported.consistent_lsn))
             store.set_source_position(_TSO, str(ts))
             store.set_watermark(ts)
+            for name, table in self.pg_tables.items():
+                store.set_source_position(_COLUMNS + name, json.dumps(_columns(table)))
             log.info(
                 "copied %d tables at %s (snapshot %s)", len(self.pg_tables),
                 format_lsn(exported.consistent_lsn), exported.snapshot_name,

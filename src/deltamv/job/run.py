@@ -62,6 +62,7 @@ class ViewJob:
         self.modes: dict[str, str] = {}  # view -> "incremental" or "recompute: <reason>"
         self._error: BaseException | None = None
         self._query: StreamingQuery | None = None
+        self._stop_requested = False  # a stop asked for before the query started
 
     # -- public ----------------------------------------------------------------------------
     def run(self, *, once: bool) -> list[BatchReport]:
@@ -107,8 +108,11 @@ class ViewJob:
     def request_stop(self) -> None:
         """Ask a running job to stop (from a signal handler): the query stops from
         another thread and :meth:`run` returns. A batch cut short is replayed on restart."""
+        self._stop_requested = True
         query = self._query
-        if query is not None:
+        if query is None:
+            log.info("stop requested; stopping once the streaming query has started")
+        else:
             log.info("stop requested; stopping after %d batches", self.batches)
             threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
 
@@ -179,6 +183,8 @@ class ViewJob:
             )
         query = writer.queryName(f"deltamv-{self.config.name}").start()
         self._query = query
+        if self._stop_requested:  # during the start (signal handlers run in this thread)
+            self.request_stop()
         try:
             self._await(query)
         finally:
@@ -187,7 +193,11 @@ class ViewJob:
 
     def _await(self, query: StreamingQuery) -> None:
         try:
-            query.awaitTermination()
+            # In short waits: Python runs a signal handler only in the main thread, and
+            # only between bytecodes; a SIGTERM delivered to another thread would wait
+            # for the end of a single long call into the JVM (for ever while idle).
+            while not query.awaitTermination(1):
+                pass
         except KeyboardInterrupt:
             # Ctrl-C or SIGTERM: stop. The JVM may be shutting down as well (it got the
             # signal too); a batch cut short is replayed on the next start.

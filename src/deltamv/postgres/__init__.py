@@ -45,7 +45,13 @@ from deltamv.postgres.slot import (
     ensure_publication,
     slot_status,
 )
-from deltamv.postgres.snapshot import copy_table, copy_tables, snapshot_schema, snapshot_transaction
+from deltamv.postgres.snapshot import (
+    TruncatedMeanwhile,
+    copy_table,
+    copy_tables,
+    snapshot_schema,
+    snapshot_transaction,
+)
 from deltamv.postgres.timestamps import commit_tso
 
 __all__ = [
@@ -56,6 +62,7 @@ __all__ = [
     "SlotStatus",
     "TableChanges",
     "TransactionInfo",
+    "TruncatedMeanwhile",
     "advance_slot",
     "batch_upper",
     "changes_schema",

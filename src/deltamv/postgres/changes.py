@@ -71,6 +71,7 @@ __all__ = [
     "TransactionInfo",
     "batch_upper",
     "changes_schema",
+    "column_diff",
     "peek_messages",
     "read_changes",
     "transactions",
@@ -255,7 +256,7 @@ class _Table:
         q = self.table.qualified
         if got != self.expected:
             self.problem = (
-                f"columns of {q} changed while the job runs: {_diff(self.expected, got)}; "
+                f"columns of {q} changed while the job runs: {column_diff(self.expected, got)}; "
                 "nothing of this batch is committed (restart the job from a new snapshot "
                 "to take the new columns)"
             )
@@ -477,7 +478,11 @@ def _type_text(type_oid: int, typmod: int) -> str:
     return name
 
 
-def _diff(expected: tuple[tuple[str, int, int], ...], got: tuple[tuple[str, int, int], ...]) -> str:
+def column_diff(
+    expected: tuple[tuple[str, int, int], ...], got: tuple[tuple[str, int, int], ...]
+) -> str:
+    """How columns ``(name, type OID, typmod)`` changed from ``expected`` to ``got``, as
+    one line (``added extra text, dropped v``)."""
     old = {n: (t, m) for n, t, m in expected}
     new = {n: (t, m) for n, t, m in got}
     parts = [f"added {n} {_type_text(*new[n])}" for n in new if n not in old]

@@ -10,6 +10,7 @@ batch; until then PostgreSQL retains the WAL (see :class:`SlotStatus`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -227,11 +228,19 @@ def create_slot(dsn: str, slot: str, *, timeout_s: float = 60.0) -> Iterator[Exp
         conn.close()
 
 
-def drop_slot(conn: psycopg.Connection[Any], slot: str) -> bool:
+def drop_slot(conn: psycopg.Connection[Any], slot: str, *, wait_s: float = 10.0) -> bool:
     """Drop ``slot`` (PostgreSQL then frees the WAL it held). False if it did not
-    exist. Raises StateError if a connection is using it."""
-    if slot_status(conn, slot) is None:
-        return False
+    exist. A slot in use is waited for up to ``wait_s`` seconds (the server process of
+    a connection just closed, or of a killed job, may hold it a moment longer); then
+    raises StateError."""
+    end = time.monotonic() + wait_s
+    while True:
+        status = slot_status(conn, slot)
+        if status is None:
+            return False
+        if not status.active or time.monotonic() >= end:
+            break
+        time.sleep(0.1)
     try:
         conn.execute("SELECT pg_drop_replication_slot(%s)", [slot])
     except psycopg.Error as e:

@@ -20,11 +20,19 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 from psycopg import sql
 
+from deltamv.errors import StateError
 from deltamv.postgres._convert import typed_column
 from deltamv.postgres.catalog import PgTable
 from deltamv.postgres.keys import row_keys
 
-__all__ = ["copy_table", "copy_tables", "snapshot_schema", "snapshot_transaction"]
+__all__ = [
+    "TruncatedMeanwhile",
+    "copy_table",
+    "copy_tables",
+    "lock_tables",
+    "snapshot_schema",
+    "snapshot_transaction",
+]
 
 KEY = "_key"
 _BLOCK_BYTES = 4 << 20
@@ -110,6 +118,9 @@ def copy_table(
     schema = snapshot_schema(table)
     with conn.cursor() as cur, cur.copy(query) as copy:
         stream = io.BufferedReader(_CopyReader(copy), buffer_size=1 << 20)
+        if not stream.peek(1):  # an empty table: pyarrow refuses an empty CSV stream
+            stream.close()
+            return
         reader = pacsv.open_csv(stream, read_options, parse_options, convert_options)
         for raw in reader:
             for start in range(0, raw.num_rows, batch_rows):
@@ -137,6 +148,46 @@ def copy_tables(
     """``(table name, batch)`` for every table, one table after the other, all read in
     the one snapshot ``snapshot_name`` (see :func:`snapshot_transaction`)."""
     with snapshot_transaction(conn, snapshot_name):
+        lock_tables(conn, tables)
         for table in tables:
             for batch in copy_table(conn, table, batch_rows=batch_rows):
                 yield table.name, batch
+
+
+class TruncatedMeanwhile(StateError):
+    """A table was truncated (or rewritten) after the snapshot was taken and before the
+    copy locked it: in the snapshot it would read as empty. Take a new snapshot."""
+
+
+def lock_tables(conn: psycopg.Connection[Any], tables: Sequence[PgTable]) -> None:
+    """Lock ``tables`` against TRUNCATE for the rest of the snapshot's transaction, and
+    check that none was truncated since the snapshot was taken.
+
+    TRUNCATE is not MVCC-safe: a snapshot taken before a TRUNCATE committed sees the
+    table as *empty* (its old file is gone), not as it stood. ``ACCESS SHARE`` on every
+    table at once (as pg_dump does) keeps a TRUNCATE out until the copy ends; one that
+    committed between the snapshot and the lock shows as a new file node
+    (``pg_relation_filenode``, the catalog now) differing from the one the snapshot's
+    ``pg_class`` row names. Then :class:`TruncatedMeanwhile` is raised.
+    """
+    if not tables:
+        return
+    conn.execute(
+        sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+            sql.SQL(", ").join(
+                sql.SQL("ONLY {}").format(sql.Identifier(t.namespace, t.relname)) for t in tables
+            )
+        )
+    )
+    rows = conn.execute(
+        "SELECT c.oid::int8, c.relfilenode::int8, pg_relation_filenode(c.oid)::int8"
+        " FROM pg_class c WHERE c.oid::int8 = ANY(%s)",
+        [[t.oid for t in tables]],
+    ).fetchall()
+    by_oid = {t.oid: t for t in tables}
+    for oid, seen, now in rows:
+        if seen != now:
+            raise TruncatedMeanwhile(
+                f"table {by_oid[oid].qualified} was truncated or rewritten after the snapshot"
+                " was taken and before the copy locked it; take a new snapshot"
+            )
