@@ -4,9 +4,9 @@
 
 Every sample runs in a fresh process (a fresh JVM), the variants interleaved so they
 share the machine's load; the 1-minute load average is printed beside each figure.
-Variants: ``off`` (``DELTAMV_DELTA_SPARK=0``: no jars, no extension, file-list reads),
-``on`` (the fetched jars, Delta's extension and catalog, delta-spark reads) and, with
-``--job``, ``on, job reads files`` (Delta on, but the job's own reads by file list).
+Variants: ``off`` (``DELTAMV_DELTA_SPARK=0``: no jars, no extension, file-list reads)
+and ``on`` (the fetched jars, Delta's extension and catalog, delta-spark reads; the job
+reads its own tables by file list either way).
 Prints a table; asserts nothing (docs/delta-spark.md quotes the figures).
 """
 
@@ -47,16 +47,9 @@ spark.stop()
 """
 
 JOB = r"""
-import functools, json, sys, tempfile, time
+import json, sys, tempfile, time
 from pathlib import Path
 sys.path.insert(0, sys.argv[1])
-if sys.argv[2] == "files":
-    import deltamv.job as J
-    from deltamv import delta
-    class _Files:
-        def __getattr__(self, n): return getattr(delta, n)
-        read_spark = staticmethod(functools.partial(delta.read_spark, engine="files"))
-    J.delta = _Files()
 from deltamv.session import build_spark
 from tests.job.simrun import SimJob
 spark = build_spark(conf={"spark.sql.shuffle.partitions": "2"})
@@ -79,7 +72,7 @@ def table_with_versions(folder: Path) -> str:
     import pyarrow as pa
 
     sys.path.insert(0, str(ROOT))
-    from tests.check.tables import commit_version
+    from tests.helpers.views import commit_version
 
     path = str(folder / "t")
     schema = pa.schema([("k", pa.int64()), ("v", pa.int64())])
@@ -133,17 +126,15 @@ def main() -> None:
         print(f"{label:34} {med['off']:8.2f} {med['on']:8.2f}")
     if not args.job:
         return
-    jobs: dict[str, list[dict[str, float]]] = {"off": [], "on": [], "on, job reads files": []}
-    envs = {**variants, "on, job reads files": variants["on"]}
+    jobs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
     for i in range(max(1, args.runs // 2)):
         for name in jobs:
             load = os.getloadavg()[0]
-            mode = "files" if name.endswith("files") else "auto"
-            result = run(JOB, [str(ROOT), mode], envs[name])
+            result = run(JOB, [str(ROOT)], variants[name])
             jobs[name].append(result)
             print(f"job run {i + 1} {name}: cold {result['cold']:.1f}s, warm {result['warm']:.1f}s"
                   f" (load {load:.2f})", flush=True)  # fmt: skip
-    print("\njob (bank, 300 txns, 4 runs), seconds, median: cold / warm")
+    print(f"\njob (bank, 300 txns), seconds, median of {len(jobs['on'])}: cold / warm")
     for name, res in jobs.items():
         cold = statistics.median(r["cold"] for r in res)
         warm = statistics.median(r["warm"] for r in res)

@@ -125,7 +125,7 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     "union": ("SELECT id FROM accounts UNION ALL SELECT id FROM transfers", "UNION"),
     "theta_join": (
         "SELECT a.id, t.id AS tid FROM accounts a JOIN transfers t ON t.amount > a.balance",
-        "a inner join without an equality between the two sides",
+        "inner join without an equality between the two sides",
     ),
     "sum_double": ("SELECT SUM(rate) AS s FROM accounts", "SUM of floating-point values"),
     "avg_double": ("SELECT owner, AVG(rate) AS r FROM accounts GROUP BY owner", "AVG of double"),

@@ -459,7 +459,7 @@ class JoinOp(Op):
             self.output = left.output + right.output
         self.small = left.small and right.small and kind == "inner"
         if not self.lkeys and not self.small:
-            raise Unsupported(f"a {kind} join without an equality between the two sides")
+            raise Unsupported(f"{kind} join without an equality between the two sides")
         if self.lkeys:
             self.lattrs = [_key_attr(k, left.output) for k in self.lkeys]
             self.rattrs = [_key_attr(k, right.output) for k in self.rkeys]
