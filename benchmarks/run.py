@@ -136,7 +136,7 @@ def main() -> None:
     if only - {"memory"}:
         # one folder per invocation: sections may run in parallel invocations, and each
         # reads back only its own session's log
-        event_dir = WORK / "eventlog" / str(os.getpid())
+        event_dir = WORK / f"eventlog-{os.getpid()}"
         shutil.rmtree(event_dir, ignore_errors=True)
         event_dir.mkdir(parents=True)
         conf = {
