@@ -37,6 +37,18 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
+# Spark waits a fixed 10 s (not configurable) for a fresh Python worker to connect back;
+# deltamv's streaming source starts one per query. With a load average far above the
+# machine's 2 cores (other work running) the worker's imports can take longer, and the
+# query fails at its start. Such a run is retried from scratch, and the retry recorded.
+WORKER_TIMEOUT = "Python worker failed to connect back"
+ATTEMPTS = 3
+
+
+def worker_timeout(error: BaseException | str) -> bool:
+    return WORKER_TIMEOUT in str(error)
+
+
 # -- machine -----------------------------------------------------------------------------
 def machine_facts() -> dict[str, Any]:
     import deltalake

@@ -16,12 +16,13 @@ Optionally a stack sampler (:mod:`sampler`) records where the driver's Python ti
 from __future__ import annotations
 
 import contextlib
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from _common import percentile
+from _common import ATTEMPTS, percentile, say, worker_timeout
 from sampler import StackSampler
 
 from deltamv.config import load_config
@@ -33,7 +34,33 @@ PHASES = ("read", "match", "maintain", "state", "publish", "finish")
 def run_job(
     spark: Any, config_path: Path, *, sample: bool = False, keep_reports: bool = True
 ) -> dict[str, Any]:
-    """Run the job once to the end of the log; wall time, batches, phases, bytes written."""
+    """Run the job once to the end of the log; wall time, batches, phases, bytes written.
+
+    A run whose streaming query fails at its start because Spark's Python worker did not
+    connect back in time (:data:`_common.WORKER_TIMEOUT`) is run again from scratch, its
+    outputs removed first; ``retries`` counts those."""
+    for attempt in range(ATTEMPTS):
+        try:
+            out = _run_job(spark, config_path, sample=sample, keep_reports=keep_reports)
+        except Exception as exc:
+            if not worker_timeout(exc) or attempt == ATTEMPTS - 1:
+                raise
+            say(f"{config_path.parent.name}: Python worker did not connect back in 10 s; again")
+            _clear_outputs(config_path)
+            continue
+        out["retries"] = attempt
+        return out
+    raise AssertionError("unreachable")
+
+
+def _clear_outputs(config_path: Path) -> None:
+    """Everything ``write_config`` put next to the config (checkpoint, views), not the config."""
+    for entry in config_path.parent.iterdir():
+        if entry != config_path:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+
+
+def _run_job(spark: Any, config_path: Path, *, sample: bool, keep_reports: bool) -> dict[str, Any]:
     config = load_config(config_path)
     job = ViewJob(config, spark)
     began = time.perf_counter()

@@ -83,6 +83,9 @@ class EventLog:
         n = max(1, len(triggers))
         return {
             "triggers": len(triggers),
+            # from the run's start to its query's first trigger: checks, the state, planning
+            # the views, starting the query and its Python source (a fresh Python process)
+            "first_trigger_after_ms": round(triggers[0]["start"] - began_ms) if triggers else None,
             "trigger_ms": totals,
             # the engine's time per trigger outside foreachBatch
             "bookkeeping_ms_per_trigger": round(

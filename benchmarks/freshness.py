@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _common import PYTHON, WORK, percentile, say, write_config
+from _common import ATTEMPTS, PYTHON, WORK, percentile, say, worker_timeout, write_config
 
 from deltamv import delta
 from deltamv.config import load_config
@@ -37,7 +37,24 @@ from deltamv.job import ViewJob
 VIEW = "total_balance"
 
 
-def run_live(
+def run_live(spark: Any, name: str, template: Path, **options: Any) -> dict[str, Any]:
+    """One live run (:func:`_run_live`); run again from scratch if the job's streaming
+    query failed at its start because Spark's Python worker did not connect back in time
+    (a loaded machine), recorded as ``retries``."""
+    for attempt in range(ATTEMPTS):
+        try:
+            result = _run_live(spark, name, template, **options)
+        except RuntimeError as exc:
+            if not worker_timeout(exc) or attempt == ATTEMPTS - 1:
+                raise
+            say(f"freshness {name}: Python worker did not connect back in 10 s; again")
+            continue
+        result["retries"] = attempt
+        return result
+    raise AssertionError("unreachable")
+
+
+def _run_live(
     spark: Any,
     name: str,
     template: Path,

@@ -56,6 +56,13 @@ def write_report(data: dict[str, Any], stem: Path, before: Path | None = BEFORE)
                 f"{r['load_at_start']} | {r['load_at_end']} | {r['seconds']} |"
             )
         lines.append("")
+    retried = _retried(data)
+    if retried:
+        lines += [
+            "Runs started again from scratch because Spark's Python worker did not connect "
+            f"back within its fixed 10 s (load far above 2 cores): {', '.join(retried)}.",
+            "",
+        ]
     goals: list[tuple[str, str, str]] = []
     if data.get("throughput"):
         lines += _throughput(data["throughput"], goals)
@@ -81,6 +88,21 @@ def write_report(data: dict[str, Any], stem: Path, before: Path | None = BEFORE)
     text = "\n".join(lines)
     stem.with_suffix(".md").write_text(text + "\n")
     return text
+
+
+def _retried(value: Any, where: str = "") -> list[str]:
+    """Where a run was retried (``retries`` > 0), as ``section/name xN``."""
+    out: list[str] = []
+    if isinstance(value, dict):
+        if value.get("retries"):
+            out.append(f"{where} x{value['retries']}")
+        for k, v in value.items():
+            name = v.get("case") or v.get("log") or k if isinstance(v, dict) else k
+            out += _retried(v, f"{where}/{name}" if where else str(name))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _retried(v, f"{where}[{i}]")
+    return out
 
 
 # -- sections ---------------------------------------------------------------------------
@@ -184,7 +206,8 @@ def _profile(runs: list[dict[str, Any]]) -> list[str]:
         s = p.get("spark")
         if s:
             lines += [
-                f"Spark (event log): {s['triggers']} triggers, bookkeeping "
+                f"Spark (event log): first trigger {s.get('first_trigger_after_ms', '?')} ms after "
+                f"the run's start; {s['triggers']} triggers, bookkeeping "
                 f"{s['bookkeeping_ms_per_trigger']} ms per trigger outside `foreachBatch`; "
                 f"{s['spark_jobs_in_batches']} Spark jobs inside batches "
                 f"({s['spark_job_ms_in_batches']} ms), {s['spark_jobs_outside_batches']} outside "
@@ -192,6 +215,14 @@ def _profile(runs: list[dict[str, Any]]) -> list[str]:
                 "",
             ]
         sampled = p.get("sampled") or {}
+        if sampled:
+            lines += [
+                f"The main thread waited {sampled['waiting_for_query_s']} s on the streaming "
+                "query (the batches run in Spark's callback thread meanwhile); the run's time "
+                "outside batches that no Python frame of deltamv holds is Spark's: starting the "
+                "query and its Python source, offsets, WAL and commit log.",
+                "",
+            ]
         for part, title in (("batch", "inside batches"), ("start", "outside batches")):
             d = sampled.get(part)
             if not d:
@@ -228,19 +259,29 @@ def _freshness(fr: dict[str, Any], goals: list[tuple[str, str, str]]) -> list[st
         "",
         "Lag: now - the latest committed version's watermark time, sampled every 50 ms over the "
         "run (from 3 s after the first commit to the simulator's end). *at commit*: the lag of "
-        "each version when it was committed.",
+        "each version when it was committed. *upstream's own lag*: the worst lag of the "
+        "simulator's own global watermark during a large transaction's prewrite phase (a "
+        "start-ts watermark waits for it): no reader of any pipeline can be fresher than that.",
         "",
         "| run | trigger | mode | versions | lag p50 ms | lag p99 ms | max ms | at commit p50 ms | "
-        "batch p50 ms | batch p99 ms | events/batch p50 | Spark bookkeeping ms/trigger | load |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "batch p50 ms | batch p99 ms | events/batch p50 | Spark bookkeeping ms/trigger | "
+        "upstream's own lag max ms (large txns: n, prewrite ms) | load |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for name, r in _live_runs(fr):
         book = r.get("spark", {}).get("bookkeeping_ms_per_trigger", "")
+        big = r.get("large_txns") or {}
+        upstream = (
+            f"{big.get('max_lag_ms')} ({big.get('large_txns')}, {big.get('prewrite_ms', 0):.0f})"
+            if big.get("large_txns")
+            else ""
+        )
         lines.append(
             f"| {name} | {r['trigger']} | {r['watermark_mode']} | {r['versions']} | "
             f"{r.get('reader_p50_ms')} | {r.get('reader_p99_ms')} | {r.get('reader_max_ms')} | "
             f"{r.get('commit_p50_ms')} | {r.get('batch_ms_p50')} | {r.get('batch_ms_p99')} | "
-            f"{r.get('events_per_batch_p50')} | {book} | {r.get('load')} -> {r.get('load_end')} |"
+            f"{r.get('events_per_batch_p50')} | {book} | {upstream} | {r.get('load')} -> "
+            f"{r.get('load_end')} |"
         )
     lines.append("")
     one_second = [(n, r) for n, r in _live_runs(fr) if r["trigger"] == "1 second"]

@@ -134,7 +134,9 @@ def main() -> None:
     template = simulated("bank-10k", seed=1, txns=13_000, accounts=10_000)
 
     if only - {"memory"}:
-        event_dir = WORK / "eventlog"
+        # one folder per invocation: sections may run in parallel invocations, and each
+        # reads back only its own session's log
+        event_dir = WORK / f"eventlog-{os.getpid()}"
         shutil.rmtree(event_dir, ignore_errors=True)
         event_dir.mkdir(parents=True)
         conf = {
@@ -173,6 +175,7 @@ def main() -> None:
                 say("incremental vs recompute at 10M accounts")
                 out.setdefault("ivm", []).append(run_ivm(spark, **IVM_10M))
         attach(out, EventLog(event_dir))
+        shutil.rmtree(event_dir, ignore_errors=True)
     if "memory" in only:
         out["memory"] = memory(template, plan)
     run["load_at_end"] = load()
