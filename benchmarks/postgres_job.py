@@ -29,9 +29,9 @@ Figures, all from what the job committed:
 - batch time p50/p99 (the job's state, batches started while pgbench ran);
 - reader lag: ``benchmarks/freshness.py``'s ``lag_stats`` over the ``total`` view's
   versions: every 100 ms of the window, now - the watermark (the commit time of the
-  newest transaction included) of the newest version committed by then. The window is
-  pgbench's run minus its first 3 s (before the load, no newer data exists, so
-  now - watermark would count idle time as lag);
+  newest transaction included) of the newest version committed by then, over pgbench's
+  run. A version from before the load counts from pgbench's start (it held every
+  transaction there was; now - its watermark would count idle time as lag);
 - peak RSS of the job's process tree (driver Python + JVM), the 1-minute load average.
 """
 
@@ -46,6 +46,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,6 @@ VIEWS = {
     " FROM pgbench_history",
 }
 LAG_VIEW = "total"
-WARMUP_MS = 3000
 
 
 def load() -> float:
@@ -313,12 +313,16 @@ def _load_and_measure(
         "phase_ms_p50": {k: round(percentile(v, 50) or 0) for k, v in phases.items()},
         "phase_ms_p99": {k: round(percentile(v, 99) or 0) for k, v in phases.items()},
     }
-    lag = lag_stats(
-        [v for v in delta.versions(view_path(dest, LAG_VIEW)) if v.watermark],
-        load_ended_ms,
-        start_ms=load_began_ms + WARMUP_MS,
-        step_ms=100,
-    )
+    # A version from before the load (the warm-up transaction) holds every transaction
+    # committed before pgbench began: its staleness counts from then, not from its
+    # watermark (nothing newer existed).
+    floor = int(load_began_ms) << 18
+    infos = [
+        replace(v, watermark=max(v.watermark, floor))
+        for v in delta.versions(view_path(dest, LAG_VIEW))
+        if v.watermark
+    ]
+    lag = lag_stats(infos, load_ended_ms, start_ms=load_began_ms, step_ms=100)
     result["lag"] = lag
 
 
