@@ -179,10 +179,15 @@ def _relay(source: Path, feed: Path, stop: threading.Event) -> None:
         time.sleep(0.02)
 
 
-def lag_stats(infos: list[Any], end_ms: float) -> dict[str, Any]:
+def lag_stats(
+    infos: list[Any], end_ms: float, *, start_ms: float | None = None, step_ms: int = 50
+) -> dict[str, Any]:
+    """Lag at each commit in [start_ms, end_ms] and as a reader sees it, sampled every
+    ``step_ms`` over that window (default start: 3 s after the first version)."""
     if not infos:
         return {"versions": 0}
-    start_ms = infos[0].timestamp_ms + 3000
+    if start_ms is None:
+        start_ms = infos[0].timestamp_ms + 3000
     window = [v for v in infos if start_ms <= v.timestamp_ms <= end_ms]
     at_commit = [v.timestamp_ms - (v.watermark >> 18) for v in window]
     reader: list[float] = []
@@ -192,7 +197,7 @@ def lag_stats(infos: list[Any], end_ms: float) -> dict[str, Any]:
         while i + 1 < len(infos) and infos[i + 1].timestamp_ms <= t:
             i += 1
         reader.append(t - (infos[i].watermark >> 18))
-        t += 50
+        t += step_ms
     return {
         "versions": len(window),
         "window_s": round((end_ms - start_ms) / 1000, 1),

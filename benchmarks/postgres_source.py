@@ -93,12 +93,7 @@ def main() -> None:
     results: dict[str, Any] = {"scale": args.scale}
     with temp_server(bindir, {"max_wal_size": "4GB", "checkpoint_timeout": "30min"}) as server:
         dsn = server.dsn()
-        env = {
-            **os.environ,
-            "PGHOST": server.socket_dir,
-            "PGPORT": str(server.port),
-            "PGUSER": "postgres",
-        }
+        env = {**os.environ, **server.libpq_env()}
         pgbench = str(bindir / "pgbench")
         _, secs = timed(lambda: subprocess.run(
             [pgbench, "-i", "-q", "-s", str(args.scale), "postgres"], env=env, check=True, capture_output=True))  # fmt: skip

@@ -127,7 +127,7 @@ def server(throwaway: bool) -> Iterator[None]:
     if bindir is None:
         raise SystemExit("no PostgreSQL server binaries (initdb, pg_ctl): run `make postgres`")
     with temp_server(bindir) as pg:
-        os.environ.update(PGHOST=pg.socket_dir, PGPORT=str(pg.port), PGUSER="postgres")
+        os.environ.update(pg.libpq_env())
         yield
 
 

@@ -58,6 +58,10 @@ class PgServer:
     def dsn(self, dbname: str = "postgres") -> str:
         return f"host={self.socket_dir} port={self.port} dbname={dbname} user=postgres"
 
+    def libpq_env(self) -> dict[str, str]:
+        """PGHOST, PGPORT and PGUSER for a client program (pgbench, psql, a job)."""
+        return {"PGHOST": self.socket_dir, "PGPORT": str(self.port), "PGUSER": "postgres"}
+
 
 def _os_user() -> str | None:
     if os.geteuid() != 0:
