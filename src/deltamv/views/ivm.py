@@ -615,7 +615,11 @@ class JoinOp(Op):
         return consolidate(b.compute, concat(parts, attrs))
 
     def delta(self, b: Batch) -> pa.Table | None:
-        dl, dr = self.left.delta(b), self.right.delta(b)
+        # Consolidated first: an update whose changed columns the plan pruned before the
+        # join is a -old/+new pair of equal rows, which would otherwise probe the other
+        # side twice for nothing (a join is linear in each input, so this is exact).
+        dl = consolidate(b.compute, self.left.delta(b))
+        dr = consolidate(b.compute, self.right.delta(b))
         if dl is None and dr is None:
             return None
         if not self.lkeys:  # a product of single-row inputs
