@@ -168,6 +168,28 @@ def to_sql_literal(value: Any, dtype: Any) -> str:
     return f"CAST({_quote(text)} AS {t})"
 
 
+# Expressions whose SQL is a fixed template over their children's SQL, in order.
+_TEMPLATES = {
+    "And": "({} AND {})",
+    "Or": "({} OR {})",
+    "Not": "(NOT {})",
+    "IsNull": "({} IS NULL)",
+    "IsNotNull": "({} IS NOT NULL)",
+    "IsNaN": "coalesce(isnan({}), FALSE)",
+    "If": "(CASE WHEN {} THEN {} ELSE {} END)",
+    "StartsWith": "starts_with({}, {})",
+    "EndsWith": "ends_with({}, {})",
+    "Contains": "contains({}, {})",
+}
+
+
+def _divided(dividend: str, op: str, divisor: str, duck: str) -> str:
+    """``dividend op divisor`` as ``duck``, failing on a zero divisor as Spark's ANSI
+    mode does."""
+    return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
+            f" ELSE CAST({dividend} {op} {divisor} AS {duck}) END)")  # fmt: skip
+
+
 def sql(e: Expr, col: Callable[[int], str]) -> str:
     """DuckDB SQL computing ``e`` as Spark does; ``col(expr_id)`` names an attribute's column.
 
@@ -197,18 +219,8 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
     if kind == "EqualNullSafe":
         _check_comparable(kids[0])
         return f"({sub(0)} IS NOT DISTINCT FROM {sub(1)})"
-    if kind == "And":
-        return f"({sub(0)} AND {sub(1)})"
-    if kind == "Or":
-        return f"({sub(0)} OR {sub(1)})"
-    if kind == "Not":
-        return f"(NOT {sub(0)})"
-    if kind == "IsNull":
-        return f"({sub(0)} IS NULL)"
-    if kind == "IsNotNull":
-        return f"({sub(0)} IS NOT NULL)"
-    if kind == "IsNaN":
-        return f"coalesce(isnan({sub(0)}), FALSE)"
+    if kind in _TEMPLATES:
+        return _TEMPLATES[kind].format(*(sql(k, col) for k in kids))
     if kind == "In":
         _check_comparable(kids[0])
         return f"({sub(0)} IN ({', '.join(sql(k, col) for k in kids[1:])}))"
@@ -226,29 +238,20 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
             raise Unsupported(f"{kind} of {t} values")
         return f"CAST(({sub(0)} {op} {sub(1)}) AS {duck_type(t)})"
     if kind == "Divide":
-        t = duck_type(result_type(e))
-        divisor = sub(1)
-        return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
-                f" ELSE CAST({sub(0)} / {divisor} AS {t}) END)")  # fmt: skip
+        return _divided(sub(0), "/", sub(1), duck_type(result_type(e)))
     if kind == "IntegralDivide":
-        divisor = sub(1)
         if any(decimal_of(result_type(k)) or result_type(k) in _FRACTIONAL for k in kids):
             raise Unsupported("DIV of non-integral values")
-        return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
-                f" ELSE CAST({sub(0)} // {divisor} AS BIGINT) END)")  # fmt: skip
+        return _divided(sub(0), "//", sub(1), "BIGINT")
     if kind == "Remainder":
         t = result_type(e)
         if t in _FRACTIONAL:
             raise Unsupported("% of floating-point values")
-        divisor = sub(1)
-        return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
-                f" ELSE CAST({sub(0)} % {divisor} AS {duck_type(t)}) END)")  # fmt: skip
+        return _divided(sub(0), "%", sub(1), duck_type(t))
     if kind == "UnaryMinus":
         return f"CAST((- {sub(0)}) AS {duck_type(result_type(e))})"
     if kind == "Abs":
         return f"CAST(abs({sub(0)}) AS {duck_type(result_type(e))})"
-    if kind == "If":
-        return f"(CASE WHEN {sub(0)} THEN {sub(1)} ELSE {sub(2)} END)"
     if kind == "CaseWhen":
         parts = ["CASE"]
         pairs = len(kids) // 2
@@ -270,12 +273,6 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if result_type(kids[0]) != "string":
             raise Unsupported("length of non-string values")
         return f"CAST(length({sub(0)}) AS INTEGER)"
-    if kind == "StartsWith":
-        return f"starts_with({sub(0)}, {sub(1)})"
-    if kind == "EndsWith":
-        return f"ends_with({sub(0)}, {sub(1)})"
-    if kind == "Contains":
-        return f"contains({sub(0)}, {sub(1)})"
     if kind == "Like":
         escape = e.fields.get("escapeChar", "\\")
         return f"({sub(0)} LIKE {sub(1)} ESCAPE {_quote(str(escape))})"

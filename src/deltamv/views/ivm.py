@@ -32,6 +32,7 @@ consistent pair of database states.
 
 from __future__ import annotations
 
+import abc
 import decimal
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -147,15 +148,16 @@ class Batch:
         return any(t in self.changes and self.changes[t].num_rows for t in tables)
 
 
-class Op:
+class Op(abc.ABC):
     """One operator of a maintained view (see the module doc)."""
 
     output: tuple[Attr, ...]
     tables: frozenset[str]
     small: bool = False  # always exactly one row (a global aggregate), or built from such
 
+    @abc.abstractmethod
     def delta(self, b: Batch) -> pa.Table | None:
-        raise NotImplementedError
+        """The operator's change in batch ``b`` (a Z-set), or None for no change."""
 
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         return False
