@@ -130,10 +130,11 @@ class BatchRunner:
         if batch <= progress.applied_batch:
             return BatchReport(batch, 0, 0, progress.watermark, False, 0)  # done before a crash
         events = released = 0
-        if batch > progress.batch:
-            result = self._ingest(batch, clock)
-            events, released = result.events, result.released
-        written = self._publish(batch, clock)
+        with self.views.mirrors_written_once(self.scratch):
+            if batch > progress.batch:
+                result = self._ingest(batch, clock)
+                events, released = result.events, result.released
+            written = self._publish(batch, clock)
         watermark = self.store.progress().watermark
         committed = bool(self.store.outbox.entries(batch))
         duration = int((time.monotonic() - started) * 1000)
@@ -294,28 +295,31 @@ class BatchRunner:
     def bootstrap(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
         """Load the snapshot (if any) into the mirrors, build every view's state and
         stage the first version of every output (app version 0, watermark = start)."""
-        progress = self.store.progress()
-        if not progress.bootstrapped:
-            with self.store.transaction():
-                self.views.sync_state()
-                if snapshot is not None:
-                    for table, rows in snapshot:
-                        mirror = self.mirrors[table]
-                        # Rows with a key (PostgreSQL's, keyed as its changes are) are
-                        # found by it; rows without one by primary key (views/mirror.py).
-                        key = (rows.column(KEY) if KEY in rows.column_names
-                               else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
-                        keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
-                        mirror.insert(keyed.cast(mirror.schema))
-                    self.views.build(list(self.views.views), self.scratch)
-                    for target in self.targets.values():
-                        kind = "recompute" if (target.kind == "view" and
-                                               self.views.views[target.name].mode == "recompute") else "rebuild"  # fmt: skip
-                        self.store.outbox.put(-1, target.id, kind)
-                self.store.mark_bootstrapped()
-        if self.store.outbox.entries(-1):
-            clock = _Clock()
-            self._publish(-1, clock)
-            self.store.finish_batch(
-                -1, committed_watermark=self.store.progress().watermark, duration_ms=0
-            )
+        with self.views.mirrors_written_once(self.scratch):
+            if not self.store.progress().bootstrapped:
+                with self.store.transaction():
+                    self._start(snapshot)
+            if self.store.outbox.entries(-1):
+                clock = _Clock()
+                self._publish(-1, clock)
+                self.store.finish_batch(
+                    -1, committed_watermark=self.store.progress().watermark, duration_ms=0
+                )
+
+    def _start(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
+        self.views.sync_state()
+        if snapshot is not None:
+            for table, rows in snapshot:
+                mirror = self.mirrors[table]
+                # Rows with a key (PostgreSQL's, keyed as its changes are) are found by
+                # it; rows without one by primary key (views/mirror.py).
+                key = (rows.column(KEY) if KEY in rows.column_names
+                       else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
+                keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
+                mirror.insert(keyed.cast(mirror.schema))
+            self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
+            for target in self.targets.values():
+                kind = "recompute" if (target.kind == "view" and
+                                       self.views.views[target.name].mode == "recompute") else "rebuild"  # fmt: skip
+                self.store.outbox.put(-1, target.id, kind)
+        self.store.mark_bootstrapped()

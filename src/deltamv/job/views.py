@@ -77,6 +77,7 @@ class ViewSet:
         self.store = store
         self.compute = compute
         self.mirrors = mirrors
+        self._files: MirrorFiles | None = None  # shared by full evaluations (see below)
         plans = plan_views(spark, config)
         self.views: dict[str, MaintainedView] = {}
         for name, view in config.views.items():
@@ -158,12 +159,35 @@ class ViewSet:
             if view.maintainer is not None and self.ready(name):
                 view.maintainer.root.finish(b)
 
+    @contextlib.contextmanager
+    def mirrors_written_once(self, scratch: Path) -> Iterator[None]:
+        """Inside the block, full evaluations (:meth:`build`, :meth:`contents`) share one
+        Parquet copy of each mirror, written at the first that reads it: a batch's
+        first versions of several views read the mirrors once, not once per view. The
+        mirrors must not change inside the block after the first full evaluation (a batch
+        applies its changes before it builds or publishes anything)."""
+        files = MirrorFiles(self.mirrors, scratch)
+        self._files = files
+        try:
+            with files:
+                yield
+        finally:
+            self._files = None
+
+    @contextlib.contextmanager
+    def _mirror_files(self, scratch: Path) -> Iterator[MirrorFiles]:
+        if self._files is not None:
+            yield self._files
+            return
+        with MirrorFiles(self.mirrors, scratch) as files:
+            yield files
+
     def build(self, names: Sequence[str], scratch: Path) -> None:
         """Build the state of incremental views from the mirrors (after the batch's
         changes); mark them ready. Inside the batch's transaction."""
         todo = [n for n in names if self.views[n].maintainer is not None]
         if todo:
-            with MirrorFiles(self.mirrors, scratch) as files:
+            with self._mirror_files(scratch) as files:
                 for name in todo:
                     maintainer = self.views[name].maintainer
                     assert maintainer is not None
@@ -181,7 +205,7 @@ class ViewSet:
         """The whole current content of an incremental view, from the mirrors."""
         view = self.views[name]
         assert view.maintainer is not None
-        with MirrorFiles(self.mirrors, scratch) as files, _view_errors(name):
+        with self._mirror_files(scratch) as files, _view_errors(name):
             rows = self.compute.query(view.maintainer.full_sql(files.base))
         return _expand(rows, view)
 

@@ -87,7 +87,7 @@ def ingest(
     # The global watermark never decreases.
     watermark = max(blocker.watermark, floor)
     committed = {t: pa.concat_tables(p) if len(p) > 1 else p[0] for t, p in held.items()}
-    released = release(compute, store.buffer, committed, watermark=watermark)
+    released = release(store.buffer, committed, watermark=watermark)
     store.done.prune(watermark)
     store.save_regions({r: s for r, s in regions.items() if before.get(r) != s}, started)
     store.begin_batch(

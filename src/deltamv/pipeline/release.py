@@ -15,10 +15,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltamv.compute import Compute
 from deltamv.state.chunks import Buffer
 
 __all__ = ["Released", "release"]
@@ -33,19 +33,40 @@ class Released:
     rows: int
 
 
-_LAST_PER_KEY = """
-SELECT * EXCLUDE (start_ts, _n, _first, _last) FROM (
-    SELECT *, row_number() OVER (PARTITION BY key ORDER BY commit_ts DESC, start_ts DESC) AS _last
-    FROM (
-        SELECT *, row_number() OVER (PARTITION BY key, start_ts ORDER BY _n) AS _first FROM r
-    ) WHERE _first = 1
-) WHERE _last = 1 ORDER BY key
-"""
+def last_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
+    """Each key's last change in ``rows`` (the highest ``commit_ts``, then ``start_ts``;
+    of copies of one row version the first), in key order; and how many distinct row
+    versions ``(key, start_ts)`` ``rows`` holds.
+
+    One stable sort by ``(key, commit_ts desc, start_ts desc)``: rows of one key are
+    adjacent with their last change first, and copies of a version (same key, start_ts
+    and commit_ts: a transaction commits at one ts) adjacent in arrival order."""
+    n = rows.num_rows
+    if n == 0:
+        return rows.drop_columns(["start_ts"]), 0
+    order = pc.sort_indices(
+        rows.select(["key", "commit_ts", "start_ts"]),
+        sort_keys=[("key", "ascending"), ("commit_ts", "descending"), ("start_ts", "descending")],
+    )
+    ranked = rows.select(["key", "commit_ts", "start_ts"]).take(order)
+    new_key = _differs(ranked.column("key"))
+    new_version = (
+        new_key | _differs(ranked.column("start_ts")) | _differs(ranked.column("commit_ts"))
+    )
+    firsts = order.take(pa.array(np.flatnonzero(new_key)))
+    return rows.take(firsts).drop_columns(["start_ts"]), int(np.count_nonzero(new_version))
 
 
-def release(
-    compute: Compute, buffer: Buffer, committed: Mapping[str, pa.Table], *, watermark: int
-) -> Released:
+def _differs(column: pa.ChunkedArray) -> np.ndarray:
+    """Per row of a sorted column: does it differ from the row before (the first: yes)."""
+    values = column.combine_chunks()
+    head, tail = values.slice(0, len(values) - 1), values.slice(1)
+    same = pc.fill_null(pc.equal(tail, head), False)
+    same = pc.or_(same, pc.and_(pc.is_null(tail), pc.is_null(head)))
+    return np.concatenate([[True], ~same.to_numpy(zero_copy_only=False)])
+
+
+def release(buffer: Buffer, committed: Mapping[str, pa.Table], *, watermark: int) -> Released:
     """Release every buffered or newly committed row with ``commit_ts <= watermark``; keep
     the others buffered. Runs inside the batch's state transaction."""
     candidates: dict[str, list[pa.Table]] = {t: [rows] for t, rows in committed.items()}
@@ -60,17 +81,8 @@ def release(
         out = rows.filter(due)
         if out.num_rows == 0:
             continue
-        out = out.append_column("_n", pa.array(range(out.num_rows), pa.int64()))
-        unique = (
-            compute.query(
-                "SELECT count(*) FROM (SELECT DISTINCT key, start_ts FROM r)",
-                r=out.select(["key", "start_ts"]),
-            )
-            .column(0)[0]
-            .as_py()
-        )
-        released_rows += int(unique)
-        last = compute.query(_LAST_PER_KEY, r=out)
+        last, versions = last_per_key(out)
+        released_rows += versions
         changes[table] = last.select(
             [
                 "key",

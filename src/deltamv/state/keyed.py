@@ -62,6 +62,10 @@ class KeyedTable:
     def count(self) -> int:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {_q(self.name)}").fetchone()[0])
 
+    def is_empty(self) -> bool:
+        """No rows (one step of the table, where ``count`` reads it all)."""
+        return self.db.execute(f"SELECT 1 FROM {_q(self.name)} LIMIT 1").fetchone() is None
+
     def insert(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
@@ -96,6 +100,8 @@ class KeyedTable:
         if len(flags) != len(columns):
             raise ValueError(f"{len(flags)} null-safety flags for {len(columns)} key columns")
         safe = dict(zip(columns, flags, strict=True))
+        if keys.num_rows == 0 or self.is_empty():  # a first batch looks up into nothing
+            return out_schema.empty_table()
         keys = keys.select(columns)
         if keys.num_rows > 1:
             keys = keys.group_by(columns).aggregate([])

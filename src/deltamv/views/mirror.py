@@ -48,7 +48,7 @@ def table_change(
         changes = _fill_unchanged(compute, mirror, changes, names)
     puts = changes.filter(pc.equal(changes.column("op"), "PUT"))
     if truncate:
-        old = pa.concat_tables(list(mirror.scan(with_rowid=True))) if mirror.count() else None
+        old = pa.concat_tables(list(mirror.scan(with_rowid=True))) if not mirror.is_empty() else None
     else:
         old = _replaced_rows(compute, mirror, changes, puts, pk)
     inserted = pa.table({KEY: puts.column("key"), **{n: puts.column(n) for n in names}}).cast(

@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from deltamv.pipeline.release import last_per_key
+
+# A row version: (key, start_ts); its commit ts is a function of it (one commit per txn).
+_versions = st.lists(
+    st.tuples(st.sampled_from(["a", "b", "é", "", "a\x00"]), st.integers(1, 6)),
+    min_size=0,
+    max_size=30,
+)
+
+
+def _rows(versions: list[tuple[str, int]]) -> pa.Table:
+    return pa.table(
+        {
+            "key": pa.array([k for k, _ in versions], pa.string()),
+            "op": pa.array(["PUT" if s % 2 else "DELETE" for _, s in versions]),
+            "commit_ts": pa.array([10 * s + 5 for _, s in versions], pa.int64()),
+            "start_ts": pa.array([s for _, s in versions], pa.int64()),
+            "n": pa.array(range(len(versions)), pa.int64()),  # which copy arrived first
+        }
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_versions)
+def test_each_key_keeps_its_last_version_once_in_key_order(versions: list[tuple[str, int]]) -> None:
+    rows = _rows(versions)
+    last, count = last_per_key(rows)
+
+    expected: dict[str, dict[str, object]] = {}
+    for row in rows.to_pylist():  # the first copy of the highest (commit_ts, start_ts)
+        held = expected.get(row["key"])
+        if held is None or (row["commit_ts"], row["start_ts"]) > (
+            held["commit_ts"],
+            held["start_ts"],
+        ):
+            expected[row["key"]] = row
+    want = [
+        {k: v for k, v in expected[key].items() if k != "start_ts"}
+        for key in sorted(expected, key=lambda k: k.encode())
+    ]
+    assert last.to_pylist() == want
+    assert last.column_names == ["key", "op", "commit_ts", "n"]
+    assert count == len(set(versions))
+
+
+def test_chunked_input_and_an_empty_table() -> None:
+    rows = _rows([("b", 1), ("a", 2), ("b", 3)])
+    chunked = pa.concat_tables([rows.slice(0, 1), rows.slice(1)])
+    last, count = last_per_key(chunked)
+    assert last.column("key").to_pylist() == ["a", "b"]
+    assert last.column("commit_ts").to_pylist() == [25, 35]
+    assert count == 3
+    empty, none = last_per_key(rows.slice(0, 0))
+    assert (empty.num_rows, none) == (0, 0)
