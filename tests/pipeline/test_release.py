@@ -58,3 +58,13 @@ def test_chunked_input_and_an_empty_table() -> None:
     assert count == 3
     empty, none = last_per_key(rows.slice(0, 0))
     assert (empty.num_rows, none) == (0, 0)
+
+
+def test_distinct_keys_in_order_come_back_as_they_are() -> None:
+    rows = _rows([("a", 1), ("b", 2), ("c", 3)])
+    last, count = last_per_key(rows)
+    assert last.to_pylist() == rows.drop_columns(["start_ts"]).to_pylist()
+    assert count == 3
+    # the same rows out of order are sorted by key
+    last, _ = last_per_key(rows.take([2, 0, 1]))
+    assert last.column("key").to_pylist() == ["a", "b", "c"]

@@ -53,8 +53,11 @@ def last_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
     new_version = (
         new_key | _differs(ranked.column("start_ts")) | _differs(ranked.column("commit_ts"))
     )
-    firsts = order.take(pa.array(np.flatnonzero(new_key)))
-    return rows.take(firsts).drop_columns(["start_ts"]), int(np.count_nonzero(new_version))
+    versions = int(np.count_nonzero(new_version))
+    firsts = order.take(pa.array(np.flatnonzero(new_key))).to_numpy()
+    if len(firsts) == n and bool(np.all(firsts == np.arange(n))):
+        return rows.drop_columns(["start_ts"]), versions  # distinct keys, in order: no copy
+    return rows.take(firsts).drop_columns(["start_ts"]), versions
 
 
 def _differs(column: pa.ChunkedArray) -> np.ndarray:
@@ -77,8 +80,11 @@ def release(buffer: Buffer, committed: Mapping[str, pa.Table], *, watermark: int
     for table, parts in candidates.items():
         rows = pa.concat_tables(parts, promote_options="permissive") if len(parts) > 1 else parts[0]
         due = pc.less_equal(rows.column("commit_ts"), watermark)
-        buffer.add(table, rows.filter(pc.invert(due)))
-        out = rows.filter(due)
+        if pc.all(due).as_py():  # the usual case: no copy of what may be a huge table
+            out = rows
+        else:
+            buffer.add(table, rows.filter(pc.invert(due)))
+            out = rows.filter(due)
         if out.num_rows == 0:
             continue
         last, versions = last_per_key(out)
