@@ -78,6 +78,19 @@ class KeyedTable:
                 f"INSERT INTO {_q(self.name)} ({cols}) VALUES ({marks})", to_rows(part, names)
             )
 
+    def update(self, rows: pa.Table) -> None:
+        """Rewrite rows in place: ``rows`` holds ``__rowid`` and the columns to set."""
+        columns = [c for c in rows.column_names if c != ROWID]
+        if rows.num_rows == 0 or not columns:
+            return
+        sets = ", ".join(f"{_q(c)} = ?" for c in columns)
+        for offset in range(0, rows.num_rows, _LOOKUP_CHUNK):
+            part = rows.slice(offset, _LOOKUP_CHUNK)
+            self.db.executemany(
+                f"UPDATE {_q(self.name)} SET {sets} WHERE rowid = ?",
+                to_rows(part, [*columns, ROWID]),
+            )
+
     def delete(self, rowids: Sequence[int]) -> None:
         self.db.executemany(f"DELETE FROM {_q(self.name)} WHERE rowid = ?", [(r,) for r in rowids])
 

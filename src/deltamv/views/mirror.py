@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,6 +36,9 @@ class TableChange:
     removed: tuple[int, ...]  # mirror rows to delete (rowids)
     inserted: pa.Table  # mirror rows to insert (_key + declared columns)
     cleared: bool = False  # the whole table was emptied first (TRUNCATE)
+    # mirror rows rewritten in place (__rowid + the columns outside the row's identity):
+    # a PUT of a row the mirror holds under the same key and primary key
+    updated: pa.Table | None = None
 
 
 def table_change(
@@ -48,7 +52,9 @@ def table_change(
         changes = _fill_unchanged(compute, mirror, changes, names)
     puts = changes.filter(pc.equal(changes.column("op"), "PUT"))
     if truncate:
-        old = pa.concat_tables(list(mirror.scan(with_rowid=True))) if not mirror.is_empty() else None
+        old = (
+            pa.concat_tables(list(mirror.scan(with_rowid=True))) if not mirror.is_empty() else None
+        )
     else:
         old = _replaced_rows(compute, mirror, changes, puts, pk)
     inserted = pa.table({KEY: puts.column("key"), **{n: puts.column(n) for n in names}}).cast(
@@ -71,8 +77,45 @@ def table_change(
     )
     if len(parts) == 2:  # an update that changes nothing cancels out
         delta = consolidate(compute, delta) or delta_schema.empty_table()
-    removed = () if old is None else tuple(old.column(ROWID).to_pylist())
-    return TableChange(mirror.table, delta, removed, inserted, cleared=truncate)
+    if old is None or truncate:
+        removed = () if old is None else tuple(old.column(ROWID).to_pylist())
+        return TableChange(mirror.table, delta, removed, inserted, cleared=truncate)
+    removed_rows, updated, inserted = _in_place(old, inserted, pk)
+    return TableChange(
+        mirror.table, delta, tuple(removed_rows.to_pylist()), inserted, updated=updated
+    )
+
+
+def _in_place(
+    old: pa.Table, inserted: pa.Table, pk: list[str]
+) -> tuple[pa.Array, pa.Table, pa.Table]:
+    """Pair each new row with the old row it replaces when both have the same key and
+    primary key: that row is rewritten in place, so the mirror's indexes (on the key and
+    on the primary key) are not touched, where a delete and an insert would change both
+    at a random place each. Returns the rowids left to delete, the rows to update
+    (``__rowid`` and the other columns) and the rows left to insert."""
+    if any(pa.types.is_floating(inserted.schema.field(c).type) for c in pk):
+        # -0.0 equals 0.0 but is stored apart: such rows are deleted and inserted
+        return old.column(ROWID).combine_chunks(), inserted.slice(0, 0), inserted
+    keys = old.column(KEY).combine_chunks()
+    at = pc.index_in(inserted.column(KEY), value_set=keys, skip_nulls=True)  # NULL: no match
+    found = pc.is_valid(at)
+    if pc.any(found).as_py():
+        taken = old.take(pc.fill_null(at, 0))
+        for c in pk:  # a primary key equal in both (NULL is equal to nothing here)
+            found = pc.and_(
+                found, pc.fill_null(pc.equal(inserted.column(c), taken.column(c)), False)
+            )
+    if not pc.any(found).as_py():
+        return old.column(ROWID).combine_chunks(), inserted.slice(0, 0), inserted
+    pairs = pc.filter(at, found)
+    values = [c for c in inserted.column_names if c != KEY and c not in pk]
+    updated = inserted.filter(found).select(values)
+    updated = updated.add_column(0, ROWID, old.column(ROWID).take(pairs))
+    kept = np.ones(old.num_rows, dtype=bool)
+    kept[pairs.to_numpy()] = False
+    removed = old.column(ROWID).combine_chunks().filter(pa.array(kept))
+    return removed, updated, inserted.filter(pc.invert(found))
 
 
 def _replaced_rows(
@@ -155,4 +198,6 @@ def apply_change(mirror: Mirror, change: TableChange) -> None:
         mirror.clear()
     else:
         mirror.delete(change.removed)
+    if change.updated is not None:
+        mirror.update(change.updated)
     mirror.insert(change.inserted)
