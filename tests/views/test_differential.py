@@ -76,7 +76,7 @@ def _hypothesis(planned: Planned, compute: Compute, shape: str, examples: int) -
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_matches_full_evaluation(planned: Planned, compute: Compute, shape: str) -> None:
-    _hypothesis(planned, compute, shape, 3)
+    _hypothesis(planned, compute, shape, 25)
 
 
 @pytest.mark.slow
