@@ -219,10 +219,13 @@ def _pick(conn: psycopg.Connection[Any], rng: random.Random, n: int) -> list[int
 
 
 def _lock(conn: psycopg.Connection[Any], ids: list[int]) -> dict[int, int]:
-    """Lock the accounts (in id order, against deadlocks); their balances."""
+    """Lock the accounts (in id order, against deadlocks); their balances. One that another
+    writer removed meanwhile fails the transaction as a serialization failure (retried)."""
     rows = conn.execute(
         "SELECT id, balance FROM accounts WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [ids]
     ).fetchall()
+    if len(rows) < len(ids):
+        raise psycopg.errors.SerializationFailure("an account went away")
     return {r[0]: r[1] for r in rows}
 
 
@@ -240,8 +243,7 @@ def transfer(conn: psycopg.Connection[Any], rng: random.Random) -> bool:
     if not ids:
         return False
     with conn.transaction():
-        if len(_lock(conn, ids)) < 2:
-            raise psycopg.errors.SerializationFailure("an account went away")
+        _lock(conn, ids)
         _move(conn, ids[0], ids[1], rng.randint(1, 50), "transfer")
     return True
 
@@ -253,8 +255,7 @@ def twice(conn: psycopg.Connection[Any], rng: random.Random) -> bool:
         return False
     a, b, c = ids
     with conn.transaction():
-        if len(_lock(conn, ids)) < 3:
-            raise psycopg.errors.SerializationFailure("an account went away")
+        _lock(conn, ids)
         _move(conn, a, b, rng.randint(1, 30), "twice")
         _move(conn, b, a, rng.randint(1, 30), "twice")
         _move(conn, a, c, rng.randint(1, 30), "twice")
@@ -270,8 +271,7 @@ def move_key(conn: psycopg.Connection[Any], rng: random.Random) -> bool:
         return False
     a, b = ids
     with conn.transaction():
-        if len(_lock(conn, ids)) < 2:
-            raise psycopg.errors.SerializationFailure("an account went away")
+        _lock(conn, ids)
         new = conn.execute("SELECT nextval('account_ids')").fetchone()[0]  # type: ignore[index]
         _move(conn, a, b, rng.randint(1, 20), "move")
         conn.execute("UPDATE accounts SET id = %s WHERE id = %s", [new, a])
@@ -285,8 +285,7 @@ def open_account(conn: psycopg.Connection[Any], rng: random.Random) -> bool:
     if not ids:
         return False
     with conn.transaction():
-        if not _lock(conn, ids):
-            raise psycopg.errors.SerializationFailure("the account went away")
+        _lock(conn, ids)
         new = conn.execute("SELECT nextval('account_ids')").fetchone()[0]  # type: ignore[index]
         tag = f"{rng.getrandbits(128):032x}"
         conn.execute(
@@ -304,8 +303,6 @@ def close_account(conn: psycopg.Connection[Any], rng: random.Random) -> bool:
     a, b = ids
     with conn.transaction():
         locked = _lock(conn, ids)
-        if len(locked) < 2:
-            raise psycopg.errors.SerializationFailure("an account went away")
         _move(conn, a, b, locked[a], "close")  # its money first, then the account
         conn.execute("DELETE FROM accounts WHERE id = %s", [a])
     return True
@@ -366,8 +363,7 @@ def savepoint(conn: psycopg.Connection[Any], rng: random.Random) -> bool:
         return False
     a, b = ids
     with conn.transaction():
-        if len(_lock(conn, ids)) < 2:
-            raise psycopg.errors.SerializationFailure("an account went away")
+        _lock(conn, ids)
         with _txn(conn):
             conn.execute("UPDATE accounts SET balance = balance + %s WHERE id = %s", [POISON, a])
             conn.execute("DELETE FROM accounts WHERE id = %s", [b])
