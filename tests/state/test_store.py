@@ -141,3 +141,62 @@ def test_the_checkpoint_id_is_set_once(checkpoint: Path) -> None:
     store = open_store(checkpoint)
     assert store.checkpoint_id("first") == "first"
     assert store.checkpoint_id("second") == "first"
+
+
+def wal_frames(path: Path) -> tuple[int, int]:
+    """(frames in the log, frames of them copied into the file), without copying any."""
+    db = sqlite3.connect(path)
+    try:
+        db.execute("PRAGMA wal_autocheckpoint=0")
+        # a PASSIVE checkpoint of nothing new reports where the log stands
+        _, log, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        return int(log), int(copied)
+    finally:
+        db.close()
+
+
+def blob_rows(store: StateStore, n: int) -> None:
+    with store.transaction():
+        store.db.execute("CREATE TABLE IF NOT EXISTS filler (b BLOB)")
+        store.db.executemany("INSERT INTO filler VALUES (?)", [(b"x" * 4000,)] * n)
+
+
+def wal_size(checkpoint: Path) -> int:
+    return (checkpoint / (STATE_FILE + "-wal")).stat().st_size
+
+
+def test_commits_are_copied_out_of_the_log_in_the_background(checkpoint: Path) -> None:
+    store = open_store(checkpoint)
+    blob_rows(store, 500)
+    store._checkpointer.wait()
+    log, copied = wal_frames(checkpoint / STATE_FILE)
+    assert log >= 500 and copied == log  # every committed page is in the file
+    store.close()
+    store = open_store(checkpoint)
+    assert store.db.execute("SELECT COUNT(*) FROM filler").fetchone()[0] == 500
+    store.close()
+
+
+@pytest.mark.parametrize("limit", [1_000_000, None])
+def test_a_write_waits_for_the_checkpoint_once_the_log_is_past_its_limit(
+    checkpoint: Path, monkeypatch: pytest.MonkeyPatch, limit: int | None
+) -> None:
+    if limit is not None:
+        monkeypatch.setattr(store_module, "WAL_LIMIT", limit)
+    store = open_store(checkpoint)
+    waits = []
+    wait = store._checkpointer.wait
+    monkeypatch.setattr(store._checkpointer, "wait", lambda: waits.append(1) or wait())
+    blob_rows(store, 500)  # about 2 MB of log
+    assert waits == []
+    store.record_commit("view", 1, 0)  # bookkeeping right after: never waits
+    assert waits == []
+    blob_rows(store, 1)
+    if limit is None:
+        assert waits == []
+    else:
+        assert waits == [1]
+        # the checkpoint had copied every page, so that write started the log over
+        log, copied = wal_frames(checkpoint / STATE_FILE)
+        assert log < 10 and copied <= log
+    store.close()

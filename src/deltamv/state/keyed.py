@@ -51,13 +51,26 @@ class KeyedTable:
         for index in indexes:
             self.ensure_index(index)
 
-    def ensure_index(self, columns: Sequence[str]) -> None:
-        """An index on ``columns`` (created once; building it reads the table once)."""
-        tag = hashlib.blake2b("\0".join(columns).encode(), digest_size=6).hexdigest()
-        cols = ", ".join(_q(c) for c in columns)
+    def ensure_index(self, columns: Sequence[str], *, non_null: bool = False) -> None:
+        """An index on ``columns`` (created once; building it reads the table once).
+        ``non_null``: only of the rows where no column of it is NULL (the index is then
+        used for lookups by equality, never for ``IS NULL``)."""
         self.db.execute(
-            f"CREATE INDEX IF NOT EXISTS {_q(f'{self.name}__{tag}')} ON {_q(self.name)} ({cols})"
+            f"CREATE INDEX IF NOT EXISTS {_q(self._index_name(columns, non_null))}"
+            f" ON {_q(self.name)} ({', '.join(_q(c) for c in columns)})"
+            + (
+                " WHERE " + " AND ".join(f"{_q(c)} IS NOT NULL" for c in columns)
+                if non_null
+                else ""
+            )
         )
+
+    def drop_index(self, columns: Sequence[str], *, non_null: bool = False) -> None:
+        self.db.execute(f"DROP INDEX IF EXISTS {_q(self._index_name(columns, non_null))}")
+
+    def _index_name(self, columns: Sequence[str], non_null: bool) -> str:
+        text = "\0".join(columns) + ("\0non-null" if non_null else "")
+        return f"{self.name}__{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
 
     def count(self) -> int:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {_q(self.name)}").fetchone()[0])
@@ -182,13 +195,16 @@ def mirror_schema(columns: pa.Schema) -> pa.Schema:
 
 
 class Mirror(KeyedTable):
-    """A source table at the applied watermark (see the module doc)."""
+    """A source table at the applied watermark (see the module doc).
+
+    The index on ``_key`` holds only rows with a key: a snapshot's rows (none) stay out of
+    it until a change gives them one, so loading a snapshot builds one index, not two."""
 
     def __init__(
         self, db: sqlite3.Connection, table: str, columns: pa.Schema, primary_key: Sequence[str]
     ) -> None:
-        super().__init__(
-            db, f"m_{table}", mirror_schema(columns), indexes=[[KEY], list(primary_key)]
-        )
+        super().__init__(db, f"m_{table}", mirror_schema(columns), indexes=[list(primary_key)])
+        self.drop_index([KEY])  # a state written before the index left the NULLs out
+        self.ensure_index([KEY], non_null=True)
         self.table = table
         self.primary_key = tuple(primary_key)

@@ -11,6 +11,12 @@ ingest and maintenance all or nothing: either every change of the batch is in th
 ``StateStore`` opens the file for the job (one writer; a lock file keeps a second job
 out); :func:`open_read_only` opens it for ``deltamv status`` and the demo, which read
 while the job runs and never block it (SQLite WAL mode).
+
+A commit writes the pages it changed to the write-ahead log and syncs it; copying them
+into the database file (a checkpoint) happens on a thread of its own while the job goes
+on (:class:`_Checkpointer`), so a batch does not write its pages twice before its
+versions are published. A write waits for that copy only when the log has grown past
+:data:`WAL_LIMIT` (back-to-back batches that leave no time to copy).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +50,9 @@ __all__ = [
 SCHEMA_VERSION = 2
 
 STATE_FILE = "state.db"
+#: The size of the write-ahead log past which a write first waits for the checkpoint.
+WAL_LIMIT = 256 * 1024 * 1024
+_WAL_KEPT = 64 * 1024 * 1024  # the log is cut back to this size when it starts over
 _KEEP_BATCHES = 10_000  # batch records kept for status and reports
 
 _DDL = """
@@ -133,7 +143,56 @@ def _connect(uri: str, *, uri_mode: bool, read_only: bool) -> sqlite3.Connection
         db.execute("PRAGMA synchronous=FULL")
         db.execute("PRAGMA temp_store=FILE")
         db.execute("PRAGMA cache_size=-65536")  # 64 MiB of page cache, at most
+        db.execute("PRAGMA wal_autocheckpoint=0")  # the _Checkpointer's work
+        db.execute(f"PRAGMA journal_size_limit={_WAL_KEPT}")
     return db
+
+
+class _Checkpointer:
+    """Checkpoints the state file on a thread of its own after each commit.
+
+    One thread at most, started by :meth:`request` and gone when no checkpoint is asked
+    for, with its own connection: a PASSIVE checkpoint copies the pages committed so far
+    while the job's connection reads and writes. A crash in the middle loses nothing (the
+    log still holds the pages); a checkpoint that fails is made up by the next one.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._wanted = False
+        self._thread: threading.Thread | None = None
+
+    def request(self) -> None:
+        with self._lock:
+            self._wanted = True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="deltamv-state-checkpoint", daemon=True
+                )
+                self._thread.start()
+
+    def wait(self) -> None:
+        """Until no checkpoint runs or is asked for."""
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                if not self._wanted:
+                    self._thread = None
+                    return
+                self._wanted = False
+            with contextlib.suppress(sqlite3.Error):
+                db = sqlite3.connect(self._path, isolation_level=None, timeout=0)
+                try:
+                    db.execute("PRAGMA synchronous=FULL")
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                finally:
+                    db.close()
 
 
 class _Reader:
@@ -285,6 +344,7 @@ class StateStore(_Reader):
             self.db.executescript(_DDL)
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open job state {path}: {exc}") from None
+        self._checkpointer = _Checkpointer(path)
         self.pending = PendingTxns(self.db)
         self.done = DoneTxns(self.db)
         self.buffer = Buffer(self.db)
@@ -307,10 +367,20 @@ class StateStore(_Reader):
             )
 
     # -- transactions ---------------------------------------------------------------------
+    def transaction(self) -> contextlib.AbstractContextManager[None]:
+        """One atomic SQLite transaction; rolled back on any exception. It first waits
+        for the checkpoint if the log is past :data:`WAL_LIMIT`."""
+        return self._transaction(bookkeeping=False)
+
     @contextlib.contextmanager
-    def transaction(self) -> Iterator[None]:
-        """One atomic SQLite transaction; rolled back on any exception."""
+    def _transaction(self, *, bookkeeping: bool) -> Iterator[None]:
+        """``bookkeeping``: a few rows written right after a batch's large commit, which
+        would wait for that commit's checkpoint; they leave the wait to the next batch."""
         try:
+            if not bookkeeping and self._wal_bytes() > WAL_LIMIT:
+                # once every page is copied, this write starts the log over (and its
+                # commit cuts the file back to _WAL_KEPT)
+                self._checkpointer.wait()
             self.db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise StorageError(f"job state {self.path}: {exc}") from None
@@ -326,6 +396,17 @@ class StateStore(_Reader):
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
             raise StorageError(f"cannot commit job state {self.path}: {exc}") from None
+        self._checkpointer.request()
+
+    def _wal_bytes(self) -> int:
+        try:
+            return self.path.with_name(self.path.name + "-wal").stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def close(self) -> None:
+        self._checkpointer.wait()
+        self.db.close()
 
     def _put(self, key: str, value: str) -> None:
         self.db.execute("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", (key, value))
@@ -384,7 +465,7 @@ class StateStore(_Reader):
         report: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         """Every output of ``batch`` is committed: drop its outbox, remember it."""
-        with self.transaction():
+        with self._transaction(bookkeeping=True):
             self._drop_outbox(batch)
             self._put("applied_batch", str(batch))
             if committed_watermark is not None:
@@ -426,7 +507,7 @@ class StateStore(_Reader):
 
     # -- committed outputs -----------------------------------------------------------------
     def record_commit(self, target: str, version: int, batch: int) -> None:
-        with self.transaction():
+        with self._transaction(bookkeeping=True):
             self.db.execute(
                 "INSERT OR REPLACE INTO commits (target, version, batch) VALUES (?, ?, ?)",
                 (target, version, batch),

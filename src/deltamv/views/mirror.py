@@ -36,9 +36,10 @@ class TableChange:
     removed: tuple[int, ...]  # mirror rows to delete (rowids)
     inserted: pa.Table  # mirror rows to insert (_key + declared columns)
     cleared: bool = False  # the whole table was emptied first (TRUNCATE)
-    # mirror rows rewritten in place (__rowid + the columns outside the row's identity):
-    # a PUT of a row the mirror holds under the same key and primary key
-    updated: pa.Table | None = None
+    # mirror rows rewritten in place (__rowid + the columns to set), one table per set of
+    # columns: a PUT of a row the mirror holds under the same primary key and the same key
+    # or none (see _in_place)
+    updated: tuple[pa.Table, ...] = ()
 
 
 def table_change(
@@ -88,34 +89,88 @@ def table_change(
 
 def _in_place(
     old: pa.Table, inserted: pa.Table, pk: list[str]
-) -> tuple[pa.Array, pa.Table, pa.Table]:
-    """Pair each new row with the old row it replaces when both have the same key and
-    primary key: that row is rewritten in place, so the mirror's indexes (on the key and
-    on the primary key) are not touched, where a delete and an insert would change both
-    at a random place each. Returns the rowids left to delete, the rows to update
-    (``__rowid`` and the other columns) and the rows left to insert."""
+) -> tuple[pa.Array, tuple[pa.Table, ...], pa.Table]:
+    """Pair each new row with the old row it replaces when both have the same primary
+    key and the old row has the same key, or none (a snapshot row): that row is
+    rewritten in place, so the mirror's index on the primary key is not touched (nor the
+    one on the key, when the key stays), where a delete and an insert would change both at
+    a random place each. Returns the rowids left to delete, the rows to update
+    (``__rowid`` and the columns to set: the other columns, and ``_key`` for a snapshot
+    row) and the rows left to insert."""
     if any(pa.types.is_floating(inserted.schema.field(c).type) for c in pk):
         # -0.0 equals 0.0 but is stored apart: such rows are deleted and inserted
-        return old.column(ROWID).combine_chunks(), inserted.slice(0, 0), inserted
+        return old.column(ROWID).combine_chunks(), (), inserted
+    values = [c for c in inserted.column_names if c != KEY and c not in pk]
+    new_at, old_at = _same_key(old, inserted, pk)
+    updated = []
+    if len(new_at):
+        rows = inserted.take(new_at).select(values)
+        updated.append(rows.add_column(0, ROWID, old.column(ROWID).take(old_at)))
+    new_nk, old_nk = _keyless_by_pk(old, inserted, pk, taken=new_at)
+    if len(new_nk):
+        rows = inserted.take(new_nk).select([KEY, *values])
+        updated.append(rows.add_column(0, ROWID, old.column(ROWID).take(old_nk)))
+    if not updated:
+        return old.column(ROWID).combine_chunks(), (), inserted
+    kept = np.ones(old.num_rows, dtype=bool)
+    kept[old_at] = False
+    kept[old_nk] = False
+    left = np.ones(inserted.num_rows, dtype=bool)
+    left[new_at] = False
+    left[new_nk] = False
+    removed = old.column(ROWID).combine_chunks().filter(pa.array(kept))
+    return removed, tuple(updated), inserted.filter(pa.array(left))
+
+
+_NONE = np.zeros(0, dtype=np.int64)
+
+
+def _same_key(old: pa.Table, inserted: pa.Table, pk: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (new, old) of rows with the same key and an equal primary key."""
     keys = old.column(KEY).combine_chunks()
     at = pc.index_in(inserted.column(KEY), value_set=keys, skip_nulls=True)  # NULL: no match
     found = pc.is_valid(at)
-    if pc.any(found).as_py():
-        taken = old.take(pc.fill_null(at, 0))
-        for c in pk:  # a primary key equal in both (NULL is equal to nothing here)
-            found = pc.and_(
-                found, pc.fill_null(pc.equal(inserted.column(c), taken.column(c)), False)
-            )
     if not pc.any(found).as_py():
-        return old.column(ROWID).combine_chunks(), inserted.slice(0, 0), inserted
-    pairs = pc.filter(at, found)
-    values = [c for c in inserted.column_names if c != KEY and c not in pk]
-    updated = inserted.filter(found).select(values)
-    updated = updated.add_column(0, ROWID, old.column(ROWID).take(pairs))
-    kept = np.ones(old.num_rows, dtype=bool)
-    kept[pairs.to_numpy()] = False
-    removed = old.column(ROWID).combine_chunks().filter(pa.array(kept))
-    return removed, updated, inserted.filter(pc.invert(found))
+        return _NONE, _NONE
+    taken = old.take(pc.fill_null(at, 0))
+    for c in pk:  # a primary key equal in both (NULL is equal to nothing here)
+        found = pc.and_(found, pc.fill_null(pc.equal(inserted.column(c), taken.column(c)), False))
+    new_at = np.flatnonzero(found.to_numpy(zero_copy_only=False))
+    return new_at, pc.filter(at, found).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _keyless_by_pk(
+    old: pa.Table, inserted: pa.Table, pk: list[str], *, taken: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positions (new, old) of new rows not in ``taken`` and old rows without a key that
+    have the same primary key (no NULL in it); a row that would pair twice pairs not at
+    all (it is deleted and inserted)."""
+    keyless = pc.is_null(old.column(KEY))
+    if not pc.any(keyless).as_py():
+        return _NONE, _NONE
+    free = np.ones(inserted.num_rows, dtype=bool)
+    free[taken] = False
+    new = inserted.select(pk).append_column("__i", pa.array(np.arange(inserted.num_rows)))
+    new = new.filter(pa.array(free))
+    olds = old.select(pk).append_column("__j", pa.array(np.arange(old.num_rows)))
+    olds = olds.filter(keyless)
+    for c in pk:
+        new = new.filter(pc.is_valid(new.column(c)))
+        olds = olds.filter(pc.is_valid(olds.column(c)))
+    if new.num_rows == 0 or olds.num_rows == 0:
+        return _NONE, _NONE
+    pairs = new.join(olds, pk, join_type="inner")
+    i = pairs.column("__i").to_numpy()
+    j = pairs.column("__j").to_numpy()
+    once = _counts(i) == 1
+    once &= _counts(j) == 1
+    return i[once].astype(np.int64), j[once].astype(np.int64)
+
+
+def _counts(a: np.ndarray) -> np.ndarray:
+    """How often each element of ``a`` occurs in ``a``."""
+    _, inverse, counts = np.unique(a, return_inverse=True, return_counts=True)
+    return counts[inverse]
 
 
 def _replaced_rows(
@@ -198,6 +253,6 @@ def apply_change(mirror: Mirror, change: TableChange) -> None:
         mirror.clear()
     else:
         mirror.delete(change.removed)
-    if change.updated is not None:
-        mirror.update(change.updated)
+    for rows in change.updated:
+        mirror.update(rows)
     mirror.insert(change.inserted)
