@@ -11,6 +11,7 @@ import json
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -18,6 +19,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from deltamv.changelog import _fast
 from deltamv.changelog.batch import ParseStats, parse_segments
 from deltamv.changelog.events import CONTROL_SCHEMA
 from deltamv.schema import TableSchema
@@ -114,6 +116,43 @@ def test_any_valid_log_matches_the_reference(
         else:
             paths.append(write_parquet(root / f"region-{r}" / f"{i:06d}.parquet", evs))
     check_same([segment_of(p) for p in paths])
+
+
+@SETTINGS
+@given(
+    st.lists(
+        st.integers(1, 3).flatmap(
+            lambda r: st.tuples(st.just(r), segment_strategy(r, clean=True), _LAYOUT)
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.sampled_from([64, 300, 2000]),
+)
+def test_parsing_in_small_blocks_matches_the_reference(
+    tmp_path: Path, parts: list[tuple[int, list[dict[str, Any]], dict[str, Any]]], block: int
+) -> None:
+    # A group larger than a block is parsed in blocks on pyarrow's threads; a line longer
+    # than a block sends the group back to one block. Either way the fast path keeps it.
+    root = _fresh(tmp_path)
+    paths = [
+        _write_jsonl_segment(root, r, i, evs, layout) for i, (r, evs, layout) in enumerate(parts)
+    ]
+    calls: list[bool] = []
+
+    def spy(buffer: pa.Buffer, schema: pa.Schema, size: int, *, threads: bool) -> Any:
+        calls.append(threads)
+        return read_blocks(buffer, schema, size, threads=threads)
+
+    read_blocks = _fast._read_json_blocks
+    with (
+        mock.patch.object(_fast, "_BLOCK_BYTES", block),
+        mock.patch.object(_fast, "_read_json_blocks", spy),
+    ):
+        _, stats = check_same([segment_of(p) for p in paths])
+    assert stats.reference_segments == 0, stats.reference_files
+    if any(events for _, events, _ in parts) and sum(p.stat().st_size for p in paths) > block:
+        assert True in calls  # parsed in blocks (and, where a line was longer, in one)
 
 
 @SETTINGS
