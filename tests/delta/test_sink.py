@@ -134,6 +134,26 @@ def test_appends_of_increasing_keys_touch_only_the_last_file_and_keep_files_full
     assert bag(read_version(path)) == bag(_rows(np.arange(1370)))
 
 
+def test_small_appends_beyond_a_full_last_file_go_to_files_of_their_own(tmp_path) -> None:
+    # The last file holds 100 rows: an append of 10 (100 > 4 * 10) gets a file of its own
+    # and rewrites nothing; later appends fill that small file until it holds more than
+    # four times what a batch appends, then start the next one.
+    path = str(tmp_path / "t")
+    sink = _thousand(path)
+    written = []
+    for batch in range(2, 12):
+        start = 1000 + (batch - 2) * 10
+        result = _commit(sink, batch, _zset((_rows(np.arange(start, start + 10)), 1)), batch - 2)
+        removed, _added = data_actions(path, result.version)
+        written.append((len(removed), result.rows_written))
+    assert written[0] == (0, 10)  # a file of its own
+    assert all(rows <= 50 for _, rows in written)  # never a whole 100-row file again
+    sizes = sorted(t.num_rows for t in _files(path))
+    assert sum(sizes) == 1100
+    assert sizes == [50, 50] + [100] * 10
+    assert bag(read_version(path)) == bag(_rows(np.arange(1100)))
+
+
 def _files(path: str) -> list[pa.Table]:
     table = DeltaTable(path)
     return [pq.read_table(u) for u in table.file_uris()]
@@ -529,11 +549,11 @@ def test_a_data_file_gone_from_storage_is_a_storage_error_and_nothing_is_committ
         a["add"]["path"]
         for a in log(path, 0)
         if "add" in a and json.loads(a["add"]["stats"])["minValues"]["k"] == 900
-    )  # the file a key beyond the table goes to: rewritten after the one holding 150
+    )  # the file holding 950: rewritten after the one holding 150
     os.remove(os.path.join(path, victim))
 
     with pytest.raises(StorageError) as e:
-        _commit(sink, 2, _zset((_rows([150]), -1), (_rows([5000]), 1)), 0)
+        _commit(sink, 2, _zset((_rows([150]), -1), (_rows([950]), -1)), 0)
 
     assert "\n" not in str(e.value)
     assert path in str(e.value)

@@ -15,7 +15,9 @@ the ranges of files written here are known without reading anything.
 Routing (:meth:`KeyRangeLayout.plan`): a removed row may be in any file whose range holds
 its key; an added row goes to a file whose range holds its key, else to the file before
 the gap it falls in (the first file for keys below every range), so appends of increasing
-keys go to the last file only. Files that share a removed key are rewritten together.
+keys go to the last file only; or, when that file holds more than four times the rows
+appended (and more than 1/16 of a file), to new files of their own, so that a batch
+appending n rows rewrites O(n) rows. Files that share a removed key are rewritten together.
 Everything is vectorised over the change: keys and range bounds are ranked together by
 Arrow and located with ``numpy.searchsorted``.
 
@@ -373,6 +375,11 @@ class KeyRangeLayout:
         ranks = dense_ranks(pa.concat_arrays([bounds, keys]))
         low, high, key = ranks[0 : 2 * n : 2], ranks[1 : 2 * n : 2], ranks[2 * n :]
         reach = np.maximum.accumulate(high)
+        beyond = ~removing & (key > reach[-1])
+        if beyond.any() and self._own_files(ranges[-1], int(beyond.sum())):
+            rest = np.flatnonzero(~beyond)
+            tail = Rewrite((), change.take(np.flatnonzero(beyond)), fill=True)
+            return [*self.plan(ranges, change.take(rest), table=table), tail]
         # Files [first, after) are the ones that may hold the key: lows <= key (a prefix,
         # lows being sorted) minus those whose high and every earlier high are < key.
         after = np.searchsorted(low, key, side="right")
@@ -405,6 +412,13 @@ class KeyRangeLayout:
                 )
             )
         return rewrites
+
+    def _own_files(self, last: FileRange, appended: int) -> bool:
+        """Rows appended beyond the last file go to files of their own when that file
+        holds more than four times as many rows (and more than 1/16 of a file); else
+        they fill it. A batch appending n rows then rewrites O(n) rows, not a whole
+        file, and files at the end grow to several batches' appends."""
+        return last.num_records > max(4 * appended, self.target_file_rows // 16)
 
     def rewrite(self, handle: DeltaTableHandle, job: Rewrite) -> Iterator[pa.Table]:
         """The contents of the files that replace ``job.files`` once its change is applied.
