@@ -69,16 +69,18 @@ def _write_jsonl_segment(
 # Valid logs
 
 
-@SETTINGS
-@given(
-    st.lists(
-        st.integers(1, 3).flatmap(
-            lambda r: st.tuples(st.just(r), segment_strategy(r, clean=True), _LAYOUT)
-        ),
-        min_size=1,
-        max_size=5,
-    )
+# Clean JSONL segments in regions 1-3, each with a layout (spacing, escapes, line ends).
+_CLEAN_PARTS = st.lists(
+    st.integers(1, 3).flatmap(
+        lambda r: st.tuples(st.just(r), segment_strategy(r, clean=True), _LAYOUT)
+    ),
+    min_size=1,
+    max_size=5,
 )
+
+
+@SETTINGS
+@given(_CLEAN_PARTS)
 def test_clean_jsonl_takes_the_fast_path_and_matches_the_reference(
     tmp_path: Path, parts: list[tuple[int, list[dict[str, Any]], dict[str, Any]]]
 ) -> None:
@@ -119,16 +121,7 @@ def test_any_valid_log_matches_the_reference(
 
 
 @SETTINGS
-@given(
-    st.lists(
-        st.integers(1, 3).flatmap(
-            lambda r: st.tuples(st.just(r), segment_strategy(r, clean=True), _LAYOUT)
-        ),
-        min_size=1,
-        max_size=5,
-    ),
-    st.sampled_from([64, 300, 2000]),
-)
+@given(_CLEAN_PARTS, st.sampled_from([64, 300, 2000]))
 def test_parsing_in_small_blocks_matches_the_reference(
     tmp_path: Path, parts: list[tuple[int, list[dict[str, Any]], dict[str, Any]]], block: int
 ) -> None:
