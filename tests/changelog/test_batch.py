@@ -145,7 +145,9 @@ def test_parsing_in_small_blocks_matches_the_reference(
         _, stats = check_same([segment_of(p) for p in paths])
     assert stats.reference_segments == 0, stats.reference_files
     if any(events for _, events, _ in parts) and sum(p.stat().st_size for p in paths) > block:
-        assert True in calls  # parsed in blocks (and, where a line was longer, in one)
+        # bytes beyond one block: the threaded block path ran (and, where a line was
+        # longer than a block, the one-block path after it)
+        assert any(calls), f"never parsed in blocks of {block} bytes: {calls}"
 
 
 @SETTINGS
