@@ -154,6 +154,33 @@ def test_small_appends_beyond_a_full_last_file_go_to_files_of_their_own(tmp_path
     assert bag(read_version(path)) == bag(_rows(np.arange(1100)))
 
 
+def test_small_files_at_the_end_merge_so_a_growing_table_keeps_few_files(tmp_path) -> None:
+    # Appends of 6 rows give files of 30 (filled until they hold more than 4 x 6); once
+    # four of them end the table, the next append rewrites them with it into full files.
+    path = str(tmp_path / "t")
+    sink = _sink(path)
+    _commit(sink, 1, Replace(_rows(np.arange(100))), None)
+    written = appended = 0
+    merged = []
+    for batch in range(2, 102):
+        start = 100 + (batch - 2) * 6
+        keys = np.arange(start, start + 6)
+        result = _commit(sink, batch, _zset((_rows(keys), 1)), batch - 2)
+        removed, _added = data_actions(path, result.version)
+        if len(removed) > 1:
+            merged.append(len(removed))
+        written += result.rows_written
+        appended += len(keys)
+        sizes = [t.num_rows for t in _files(path)]
+        assert sum(1 for n in sizes if n < 50) <= 4, f"batch {batch}: files of {sorted(sizes)}"
+        if batch % 25 == 0:
+            assert bag(read_version(path)) == bag(_rows(np.arange(start + 6)))
+    assert merged and set(merged) == {4}  # four small files at a time
+    assert sum(t.num_rows for t in _files(path)) == 700
+    assert sorted(t.num_rows for t in _files(path)).count(100) >= 6  # full files again
+    assert written <= 6 * appended  # each row rewritten a few times, not once per batch
+
+
 def _files(path: str) -> list[pa.Table]:
     table = DeltaTable(path)
     return [pq.read_table(u) for u in table.file_uris()]

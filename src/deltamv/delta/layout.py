@@ -17,7 +17,10 @@ its key; an added row goes to a file whose range holds its key, else to the file
 the gap it falls in (the first file for keys below every range), so appends of increasing
 keys go to the last file only; or, when that file holds more than four times the rows
 appended (and more than 1/16 of a file), to new files of their own, so that a batch
-appending n rows rewrites O(n) rows. Files that share a removed key are rewritten together.
+appending n rows rewrites O(n) rows. Those small files do not pile up: once the table
+ends in :data:`MERGE_FILES` files under half the target each, the next such append
+rewrites them with it (at most two files' worth of rows, every few batches). Files that
+share a removed key are rewritten together.
 Everything is vectorised over the change: keys and range bounds are ranked together by
 Arrow and located with ``numpy.searchsorted``.
 
@@ -58,6 +61,9 @@ from deltamv.errors import DeltaMVError, StateError, StorageError
 __all__ = ["DEFAULT_TARGET_FILE_ROWS", "FileRange", "KeyRangeLayout", "Rewrite"]
 
 DEFAULT_TARGET_FILE_ROWS = 262_144
+# Appends that would start a file of their own merge with the table's last files instead
+# once that many of them hold under half a file each.
+MERGE_FILES = 4
 _STREAM_BATCH_ROWS = 65_536
 
 
@@ -376,10 +382,14 @@ class KeyRangeLayout:
         low, high, key = ranks[0 : 2 * n : 2], ranks[1 : 2 * n : 2], ranks[2 * n :]
         reach = np.maximum.accumulate(high)
         beyond = ~removing & (key > reach[-1])
+        merge_from = n - 1  # the first file the appended rows are rewritten with
         if beyond.any() and self._own_files(ranges[-1], int(beyond.sum())):
-            rest = np.flatnonzero(~beyond)
-            tail = Rewrite((), change.take(np.flatnonzero(beyond)), fill=True)
-            return [*self.plan(ranges, change.take(rest), table=table), tail]
+            small = self._small_tail(ranges)
+            if small < MERGE_FILES:
+                rest = np.flatnonzero(~beyond)
+                tail = Rewrite((), change.take(np.flatnonzero(beyond)), fill=True)
+                return [*self.plan(ranges, change.take(rest), table=table), tail]
+            merge_from = n - small
         # Files [first, after) are the ones that may hold the key: lows <= key (a prefix,
         # lows being sorted) minus those whose high and every earlier high are < key.
         after = np.searchsorted(low, key, side="right")
@@ -391,7 +401,7 @@ class KeyRangeLayout:
         # its gap (the first file for keys below every range).
         target = np.where(holds, first, np.maximum(after - 1, 0))
         appends = bool((~removing & (key > reach[-1])).any())
-        start = np.where(removing, first, target)
+        start = np.where(removing, first, np.where(beyond, merge_from, target))
         stop = np.where(removing, after, target + 1)
         # Overlapping [start, stop) intervals are one rewrite.
         order = np.argsort(start, kind="stable")
@@ -417,8 +427,18 @@ class KeyRangeLayout:
         """Rows appended beyond the last file go to files of their own when that file
         holds more than four times as many rows (and more than 1/16 of a file); else
         they fill it. A batch appending n rows then rewrites O(n) rows, not a whole
-        file, and files at the end grow to several batches' appends."""
+        file, and files at the end grow to several batches' appends (until
+        :meth:`_small_tail` finds enough of them to merge)."""
         return last.num_records > max(4 * appended, self.target_file_rows // 16)
+
+    def _small_tail(self, ranges: Sequence[FileRange]) -> int:
+        """How many files at the table's end hold under half a file's rows each."""
+        small = 0
+        for r in reversed(ranges):
+            if r.num_records >= self.target_file_rows // 2:
+                break
+            small += 1
+        return small
 
     def rewrite(self, handle: DeltaTableHandle, job: Rewrite) -> Iterator[pa.Table]:
         """The contents of the files that replace ``job.files`` once its change is applied.
