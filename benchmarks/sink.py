@@ -2,12 +2,13 @@
 
 For a 1,000,000- and a 10,000,000-row table (layout on an int64 key, built with one
 Replace), commits Z-sets of 1,000 changed rows: updates of random keys, updates of a
-run of consecutive keys, and appends of increasing new keys; then a tiny one-file table
-(a view of a few rows). Prints, per scenario, the median time per commit, the files a
+run of consecutive keys, and appends of increasing new keys; then a growing table
+(``--appends`` appends in a row: the files it ends with show whether small appended
+files merge); then a tiny one-file table (a view of a few rows). Prints, per scenario, the median time per commit, the files a
 commit removed and added, and the rows and bytes it wrote, with the load average. Never
 asserts a time: the machine is shared.
 
-    .venv/bin/python benchmarks/sink.py [--sizes 1000000 10000000] [--commits 5]
+    .venv/bin/python benchmarks/sink.py [--sizes 1000000 10000000] [--commits 5] [--appends 200]
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ def _scenario(
     return row
 
 
-def run(sizes: list[int], commits: int, target: int, changed: int) -> list[Row]:
+def run(sizes: list[int], commits: int, target: int, changed: int, appends: int) -> list[Row]:
     rng = np.random.default_rng(7)
     out = []
     for size in sizes:
@@ -214,6 +215,15 @@ def run(sizes: list[int], commits: int, target: int, changed: int) -> list[Row]:
             )
         )
         out.append(_scenario("no change", table, NoChange, commits))
+        if appends:
+            out.append(
+                _scenario(
+                    f"grow: {appends} appends of {changed:,}",
+                    table,
+                    lambda t=table: t.append(changed),
+                    appends,
+                )
+            )
         shutil.rmtree(path, ignore_errors=True)
 
     tiny = Table(WORK / "sink" / "tiny", 5, target)
@@ -255,9 +265,10 @@ def main() -> None:
     parser.add_argument("--commits", type=int, default=5, help="commits per scenario")
     parser.add_argument("--changed", type=int, default=1_000, help="rows changed per commit")
     parser.add_argument("--target-file-rows", type=int, default=DEFAULT_TARGET_FILE_ROWS)
+    parser.add_argument("--appends", type=int, default=200, help="appends of the growth run")
     args = parser.parse_args()
     say(f"load average {_load()}, {os.cpu_count()} cpus")
-    rows = run(args.sizes, args.commits, args.target_file_rows, args.changed)
+    rows = run(args.sizes, args.commits, args.target_file_rows, args.changed, args.appends)
     print()
     _print(rows)
 
