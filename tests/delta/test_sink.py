@@ -17,6 +17,7 @@ from deltamv.delta import (
     NoChange,
     Replace,
     TableSink,
+    layout,
     read_arrow,
     versions,
 )
@@ -179,6 +180,29 @@ def test_small_files_at_the_end_merge_so_a_growing_table_keeps_few_files(tmp_pat
     assert sum(t.num_rows for t in _files(path)) == 700
     assert sorted(t.num_rows for t in _files(path)).count(100) >= 6  # full files again
     assert written <= 6 * appended  # each row rewritten a few times, not once per batch
+
+
+def test_a_table_ending_in_many_small_files_merges_two_files_worth_at_a_time(
+    tmp_path, monkeypatch
+) -> None:
+    # Written before merging existed: the table ends in 20 files of 30 rows.
+    path = str(tmp_path / "t")
+    sink = _sink(path)
+    _commit(sink, 1, Replace(_rows(np.arange(100))), None)
+    monkeypatch.setattr(layout, "MERGE_FILES", 10**6)
+    for batch in range(2, 102):
+        start = 100 + (batch - 2) * 6
+        _commit(sink, batch, _zset((_rows(np.arange(start, start + 6)), 1)), batch - 2)
+    assert sorted(t.num_rows for t in _files(path)) == [30] * 20 + [100]
+    monkeypatch.undo()
+
+    result = _commit(sink, 102, _zset((_rows(np.arange(700, 706)), 1)), 100)
+
+    removed, _added = data_actions(path, result.version)
+    assert len(removed) == 6  # 180 rows: the most under two files' worth (200)
+    assert result.rows_written == 186
+    assert sorted(t.num_rows for t in _files(path)) == [30] * 14 + [86, 100, 100]
+    assert bag(read_version(path)) == bag(_rows(np.arange(706)))
 
 
 def _files(path: str) -> list[pa.Table]:

@@ -19,7 +19,7 @@ keys go to the last file only; or, when that file holds more than four times the
 appended (and more than 1/16 of a file), to new files of their own, so that a batch
 appending n rows rewrites O(n) rows. Those small files do not pile up: once the table
 ends in :data:`MERGE_FILES` files under half the target each, the next such append
-rewrites them with it (at most two files' worth of rows, every few batches). Files that
+rewrites them with it (at most two files' worth of them, every few batches). Files that
 share a removed key are rewritten together.
 Everything is vectorised over the change: keys and range bounds are ranked together by
 Arrow and located with ``numpy.searchsorted``.
@@ -432,10 +432,13 @@ class KeyRangeLayout:
         return last.num_records > max(4 * appended, self.target_file_rows // 16)
 
     def _small_tail(self, ranges: Sequence[FileRange]) -> int:
-        """How many files at the table's end hold under half a file's rows each."""
-        small = 0
+        """How many files at the table's end an append would merge with: the last ones
+        that hold under half a file's rows each, up to two files' worth of rows (a table
+        written before merging existed may end in many)."""
+        small = rows = 0
         for r in reversed(ranges):
-            if r.num_records >= self.target_file_rows // 2:
+            rows += r.num_records
+            if r.num_records >= self.target_file_rows // 2 or rows > 2 * self.target_file_rows:
                 break
             small += 1
         return small
