@@ -400,7 +400,7 @@ class KeyRangeLayout:
         # An added row goes to the first file holding its key, else to the file before
         # its gap (the first file for keys below every range).
         target = np.where(holds, first, np.maximum(after - 1, 0))
-        appends = bool((~removing & (key > reach[-1])).any())
+        appends = bool(beyond.any())
         start = np.where(removing, first, np.where(beyond, merge_from, target))
         stop = np.where(removing, after, target + 1)
         # Overlapping [start, stop) intervals are one rewrite.
