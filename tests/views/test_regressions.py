@@ -6,9 +6,11 @@ from collections import Counter
 from decimal import Decimal
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
+from deltamv.views.ivm import AggregateOp
 
 from .harness import Planned, Run, spark_check
 from .shapes import SHAPES
@@ -64,5 +66,43 @@ def test_avg_of_decimal_in_full_evaluation_and_recomputed_groups(
         averages = {row[0]: row[3] for row in run.outputs["by_owner_region"]}
         assert averages == {"a": Decimal("0.006667"), "b": Decimal("-0.005000")}
         assert spark_check(spark, run, SHAPES) == 2 * 3
+    finally:
+        run.close()
+
+
+def test_a_change_the_filter_below_an_aggregate_drops_leaves_its_state_untouched(
+    spark: SparkSession, planned: Planned, compute: Compute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The filter runs inside the aggregate's query: a batch whose changed rows it drops
+    # changes no group, so the view has no change and its state is not written.
+    views = ["negative", "total_dec", "having_sum"]
+    run = Run(planned, views, compute)
+    writes: Counter[str] = Counter()
+    for view in views:
+        for op in run.views[view].ops():
+            if isinstance(op, AggregateOp) and op.state is not None:
+                for method in ("insert", "delete"):
+                    real = getattr(op.state, method)
+
+                    def spy(*args: Any, _view: str = view, _real: Any = real) -> Any:
+                        writes[_view] += 1
+                        return _real(*args)
+
+                    monkeypatch.setattr(op.state, method, spy)
+    try:
+        run.load({"accounts": [_account(1, balance=-5, region=1, active=True,
+                                        credit=Decimal("1.50")),
+                               _account(2, balance=7, region=2)], "transfers": []})  # fmt: skip
+        writes.clear()
+        # account 3 is neither negative nor active, before and after
+        run.step([("accounts", 3, _account(3, balance=4)),
+                  ("accounts", 3, _account(3, balance=9, active=False))])  # fmt: skip
+        assert run.outputs["negative"] == Counter({(1,): 1})
+        # having_sum has no filter below its aggregate: its NULL-region group is new
+        assert writes == Counter({"having_sum": 2})
+        run.step([("accounts", 2, _account(2, balance=-1, region=2, active=True))])
+        assert run.outputs["negative"] == Counter({(2,): 1})
+        assert writes["negative"] == 2 and writes["total_dec"] == 2
+        assert spark_check(spark, run, SHAPES) == len(views) * 3
     finally:
         run.close()

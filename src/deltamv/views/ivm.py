@@ -7,7 +7,8 @@ DBSP/Materialize. Columns are named ``c<id>`` after Spark's attribute ids.
 
 The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` its change:
 
-- filter and project apply to the changed rows;
+- filter and project apply to the changed rows (below an aggregate, inside the
+  aggregate's own query: :meth:`Op.stream`);
 - an equi-join changes by ``dL join R + L' join dR``: each side's changed rows probe the
   other side's state by the join key (through the mirrors' indexes), never a scan; an
   outer join also recomputes, for the keys the batch touched, which rows are padded
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import abc
 import decimal
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -154,6 +156,7 @@ class Op(abc.ABC):
     output: tuple[Attr, ...]
     tables: frozenset[str]
     small: bool = False  # always exactly one row (a global aggregate), or built from such
+    consolidated: bool = False  # its change never holds equal rows or zero weights
 
     @abc.abstractmethod
     def delta(self, b: Batch) -> pa.Table | None:
@@ -167,6 +170,14 @@ class Op(abc.ABC):
         """Rows of this operator's output (old or new state) whose ``attrs`` equal a row of
         ``keys`` (columns named by the attrs). A bag: weights are multiplicities."""
         raise Unsupported("a lookup into this part of the plan")
+
+    def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
+        """The change in batch ``b`` as ``(rows, relation)``: the rows of the nearest
+        operator below that is not a filter or a projection, and a SQL relation over
+        them (registered as ``d``) that is this operator's change. A parent that reads
+        its input with SQL runs the filters and projections inside its own query instead
+        of one query each. ``rows`` None: no change."""
+        return self.delta(b), "d"
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         """The whole output (only for small operators)."""
@@ -281,6 +292,10 @@ class FilterOp(Op):
     def delta(self, b: Batch) -> pa.Table | None:
         return self._apply(b, self.child.delta(b))
 
+    def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
+        rows, relation = self.child.stream(b)
+        return rows, f"(SELECT * FROM {relation} WHERE {self.cond})"
+
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         return self.child.can_lookup(attrs)
 
@@ -328,6 +343,10 @@ class ProjectOp(Op):
 
     def delta(self, b: Batch) -> pa.Table | None:
         return self._apply(b, self.child.delta(b))
+
+    def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
+        rows, relation = self.child.stream(b)
+        return rows, f"(SELECT {self.select} FROM {relation})"
 
     def _inner(self, attrs: Sequence[Attr]) -> list[Attr] | None:
         found = [self.passthrough.get(a.id) for a in attrs]
@@ -816,6 +835,7 @@ class AggregateOp(Op):
         self.groups = tuple(groups)
         self.calls = _agg_calls(items)
         self.small = not self.groups
+        self.consolidated = True
         self.name = name
         for call in self.calls:
             if call.function not in ("Count", "Sum", "Average", "Min", "Max", "First"):
@@ -879,22 +899,46 @@ class AggregateOp(Op):
         super().reset()
 
     # -- shared: finishing state rows into output rows ---------------------------------
-    def _finalize(self, b: Batch, states: pa.Table, weight: int) -> pa.Table:
-        """Output rows (with ``weight``) for state rows of the linear strategy."""
-        if states.num_rows == 0:
-            return empty(self.output)
+    def _values(self, states: pa.Table) -> pa.Table:
+        """Per state row of the linear strategy: its groups (``g<i>``) and the value of
+        each aggregate call (``v<result id>``), as Spark computes it."""
         cols = {f"g{i}": states.column(f"g{i}") for i in range(len(self.groups))}
         for i, call in enumerate(self.calls):
             n = states.column(f"n{i}")
             cols[f"v{call.result_id}"] = _final_value(call, None if call.function == "Count" else
                                                       states.column(f"s{i}"), n)  # fmt: skip
-        table = pa.table(cols) if cols else pa.table({"_": pa.nulls(states.num_rows)})
-        select = ", ".join(
+        return pa.table(cols) if cols else pa.table({"_": pa.nulls(states.num_rows)})
+
+    def _select(self) -> str:
+        return ", ".join(
             f'CAST({self.items_sql[a.id]} AS {duck_type(a.dtype)}) AS "{a.col}"'
             for a in self.output
         )
-        out = b.compute.query(f'SELECT {select}, CAST({weight} AS BIGINT) AS "{W}" FROM t', t=table)
+
+    def _finalize(self, b: Batch, states: pa.Table, weight: int) -> pa.Table:
+        """Output rows (with ``weight``) for state rows of the linear strategy."""
+        if states.num_rows == 0:
+            return empty(self.output)
+        out = b.compute.query(f'SELECT {self._select()}, CAST({weight} AS BIGINT) AS "{W}" FROM t',
+                              t=self._values(states))  # fmt: skip
         return conform(out, self.output)
+
+    def _output_change(self, b: Batch, old: pa.Table, new: pa.Table) -> pa.Table | None:
+        """The output's change from the ``old`` to the ``new`` state rows (the linear
+        strategy), consolidated: one query finishes both and cancels the rows that stay."""
+        states = pa.concat_tables([old.cast(new.schema), new])
+        if states.num_rows == 0:
+            return None
+        weights = pa.array([-1] * old.num_rows + [1] * new.num_rows, pa.int64())
+        if not self.output:
+            total = pc.sum(weights).as_py() or 0
+            return None if total == 0 else pa.table({W: pa.array([total], pa.int64())})
+        out = b.compute.query(
+            f'SELECT {self._select()}, CAST(sum("{W}") AS BIGINT) AS "{W}" FROM t'
+            f' GROUP BY ALL HAVING sum("{W}") <> 0',
+            t=self._values(states).append_column(W, weights),
+        )
+        return conform(out, self.output) if out.num_rows else None
 
     def _zero_state(self) -> pa.Table:
         row: dict[str, Any] = {"n": [0]}
@@ -925,10 +969,16 @@ class AggregateOp(Op):
         by = f" GROUP BY {', '.join(f'{i + 1}' for i in range(len(groups)))}" if groups else ""
         return f"SELECT {', '.join([*groups, *sums])} FROM {source}{by}"
 
-    def _group_sums(self, b: Batch, d: pa.Table) -> pa.Table:
-        """Per group of the changed rows: the change of the row count and of each sum."""
-        out = b.compute.query(self._group_sums_sql("d"), d=d)
-        return normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
+    def _group_sums(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table:
+        """Per group of the changed rows (``relation`` over ``rows``, see
+        :meth:`Op.stream`): the change of the row count and of each sum, for the groups
+        it changes at all."""
+        out = b.compute.query(self._group_sums_sql(relation), d=rows)
+        out = normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
+        value_cols = [c for c in self.state_schema.names if not c.startswith("g")]
+        moved = [pc.not_equal(out.column(c), pa.scalar(0, out.schema.field(c).type))
+                 for c in value_cols]  # fmt: skip
+        return out.filter(functools.reduce(pc.or_, moved)) if moved else out
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
         assert self.state is not None
@@ -962,10 +1012,10 @@ class AggregateOp(Op):
         return merged.select([*self.state_schema.names, ROWID]).cast(
             pa.schema([*self.state_schema, pa.field(ROWID, pa.int64())]))  # fmt: skip
 
-    def _linear_delta(self, b: Batch, d: pa.Table) -> pa.Table | None:
-        change = self._group_sums(b, d)
-        if not self.groups and change.num_rows == 0:
-            change = self._zero_state()
+    def _linear_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
+        change = self._group_sums(b, rows, relation)
+        if change.num_rows == 0:  # e.g. a filter below kept none of the changed rows
+            return None
         old = self._old_states(b, change)
         if not self.groups and old.num_rows == 0:
             old = self._zero_state().append_column(ROWID, pa.array([None], pa.int64()))
@@ -974,9 +1024,9 @@ class AggregateOp(Op):
         b.cache[(id(self), "old")] = old
         live_old = old if not self.groups else old.filter(pc.greater(old.column("n"), 0))
         live_new = new if not self.groups else new.filter(pc.greater(new.column("n"), 0))
-        before = self._finalize(b, live_old.drop_columns([ROWID]), -1)
-        after = self._finalize(b, live_new.drop_columns([ROWID]), 1)
-        return consolidate(b.compute, concat([after, before], self.output))
+        return self._output_change(
+            b, live_old.drop_columns([ROWID]), live_new.drop_columns([ROWID])
+        )
 
     def finish(self, b: Batch) -> None:
         new = b.cache.pop((id(self), "new"), None)
@@ -1021,12 +1071,14 @@ class AggregateOp(Op):
         by = f" GROUP BY {', '.join(self.group_sql)}" if self.groups else ""
         return f'SELECT {select}, CAST(1 AS BIGINT) AS "{W}" FROM {source}{by}'
 
-    def _recompute_delta(self, b: Batch, d: pa.Table) -> pa.Table | None:
+    def _recompute_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
         refs = [r for r in self.group_refs if r is not None]
         keys = b.compute.query(
-            f"SELECT DISTINCT {', '.join(f'{g} AS {_col(r.id)}' for g, r in zip(self.group_sql, refs, strict=True))} FROM d",
-            d=d,
+            f"SELECT DISTINCT {', '.join(f'{g} AS {_col(r.id)}' for g, r in zip(self.group_sql, refs, strict=True))} FROM {relation}",
+            d=rows,
         )
+        if keys.num_rows == 0:  # a filter below kept none of the changed rows
+            return None
         flags = [True] * len(refs)
         before = self._eval_groups(b, self.child.lookup(b, refs, keys, new=False, null_safe=flags))
         after = self._eval_groups(b, self.child.lookup(b, refs, keys, new=True, null_safe=flags))
@@ -1035,13 +1087,13 @@ class AggregateOp(Op):
     def delta(self, b: Batch) -> pa.Table | None:
         key = (id(self), "delta")
         if key not in b.cache:
-            d = self.child.delta(b)
-            if d is None or d.num_rows == 0:
+            rows, relation = self.child.stream(b)
+            if rows is None or rows.num_rows == 0:
                 b.cache[key] = None
+            elif self.linear:
+                b.cache[key] = self._linear_delta(b, rows, relation)
             else:
-                b.cache[key] = (
-                    self._linear_delta(b, d) if self.linear else self._recompute_delta(b, d)
-                )
+                b.cache[key] = self._recompute_delta(b, rows, relation)
         return b.cache[key]
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
@@ -1252,7 +1304,9 @@ class ViewMaintainer:
         """The view's change in this batch: its columns by name, plus ``__w``."""
         if not b.changed(self.tables):
             return None
-        z = consolidate(b.compute, self.root.delta(b))
+        z = self.root.delta(b)
+        if not self.root.consolidated:
+            z = consolidate(b.compute, z)
         if z is None:
             return None
         return self._named(z)
