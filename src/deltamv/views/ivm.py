@@ -7,8 +7,9 @@ DBSP/Materialize. Columns are named ``c<id>`` after Spark's attribute ids.
 
 The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` its change:
 
-- filter and project apply to the changed rows (below an aggregate, inside the
-  aggregate's own query: :meth:`Op.stream`);
+- filter and project apply to the changed rows, inside the query of the operator that
+  reads them where it can (an aggregate's, a join's or the view's consolidation of its
+  input: :meth:`Op.stream`);
 - an equi-join changes by ``dL join R + L' join dR``: each side's changed rows probe the
   other side's state by the join key (through the mirrors' indexes), never a scan; an
   outer join also recomputes, for the keys the batch touched, which rows are padded
@@ -120,6 +121,27 @@ def consolidate(compute: Compute, z: pa.Table | None) -> pa.Table | None:
         z=z,
     )
     return out.cast(z.schema) if out.num_rows else None
+
+
+def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
+    """``op``'s change in ``b``, consolidated; the filters and projections on top of the
+    operator that made it run inside the consolidating query (:meth:`Op.stream`)."""
+    if op.consolidated:
+        return op.delta(b)
+    rows, relation = op.stream(b)
+    if rows is None or rows.num_rows == 0:
+        return None
+    if relation == "d":
+        return consolidate(b.compute, rows)
+    if not op.output:
+        return consolidate(b.compute, b.compute.query(f"SELECT * FROM {relation}", d=rows))
+    names = _cols(op.output)
+    out = b.compute.query(
+        f'SELECT {names}, CAST(sum("{W}") AS BIGINT) AS "{W}" FROM {relation}'
+        f' GROUP BY ALL HAVING sum("{W}") <> 0',
+        d=rows,
+    )
+    return conform(out, op.output) if out.num_rows else None
 
 
 def _col(i: int) -> str:
@@ -639,8 +661,8 @@ class JoinOp(Op):
         # Consolidated first: an update whose changed columns the plan pruned before the
         # join is a -old/+new pair of equal rows, which would otherwise probe the other
         # side twice for nothing (a join is linear in each input, so this is exact).
-        dl = consolidate(b.compute, self.left.delta(b))
-        dr = consolidate(b.compute, self.right.delta(b))
+        dl = consolidated_change(b, self.left)
+        dr = consolidated_change(b, self.right)
         if dl is None and dr is None:
             return None
         if not self.lkeys:  # a product of single-row inputs
@@ -1304,9 +1326,7 @@ class ViewMaintainer:
         """The view's change in this batch: its columns by name, plus ``__w``."""
         if not b.changed(self.tables):
             return None
-        z = self.root.delta(b)
-        if not self.root.consolidated:
-            z = consolidate(b.compute, z)
+        z = consolidated_change(b, self.root)
         if z is None:
             return None
         return self._named(z)
