@@ -5,7 +5,10 @@ transactions by default), 8 segments per batch, one warm session; prints each co
 batch's time, then, over the batches after the first three (warm-up), the median batch,
 the median of each phase and the DuckDB queries a batch runs. Prints, never asserts.
 
-    .venv/bin/python benchmarks/batch_time.py [--txns 30000]
+    .venv/bin/python benchmarks/batch_time.py [--txns 30000] [--joins]
+
+``--joins`` adds the two join views of the scaling and ivm sections
+(``synth.JOIN_VIEWS``: a join, an aggregate over it) to the bank's four.
 
 To compare two trees side by side, run it once with the other tree's ``src`` first on
 ``PYTHONPATH``.
@@ -24,6 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import WORK, say
+from synth import JOIN_VIEWS
 
 from deltamv.compute import Compute
 from deltamv.config import load_config
@@ -60,8 +64,9 @@ def _count_queries() -> list[int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--txns", type=int, default=3000, help="transactions in the bank log")
+    parser.add_argument("--joins", action="store_true", help="add the two join views")
     args = parser.parse_args()
-    run = WORK / "batch-time" / f"bank-{args.txns}"
+    run = WORK / "batch-time" / f"bank-{args.txns}{'-joins' if args.joins else ''}"
     if not (run / "changelog").exists():
         shutil.rmtree(run, ignore_errors=True)
         simulate("bank", run, seed=9, txns=args.txns)
@@ -72,6 +77,11 @@ def main() -> None:
         text = text.replace(
             'changelog = "changelog"', 'changelog = "changelog"\nmax_segments_per_batch = 8'
         )
+        if args.joins:
+            text += "".join(
+                f'\n[views.{name}]\nsql = "{sql}"\npath = "out/views/{name}"\n'
+                for name, sql in JOIN_VIEWS.items()
+            )
         config_path.write_text(text)
     config = load_config(config_path)
     per_batch = _count_queries()
