@@ -106,20 +106,20 @@ def negate(z: pa.Table) -> pa.Table:
     return z.set_column(z.schema.get_field_index(W), W, pc.negate(z.column(W)))
 
 
+def _consolidating_sql(select: str, source: str) -> str:
+    """SQL of ``source``'s rows as ``select`` (no weight; may be empty), equal rows'
+    weights summed, rows whose weight sums to zero dropped."""
+    head = f"{select}, " if select else ""
+    return (f'SELECT {head}CAST(sum("{W}") AS BIGINT) AS "{W}" FROM {source}'
+            f' GROUP BY ALL HAVING sum("{W}") <> 0')  # fmt: skip
+
+
 def consolidate(compute: Compute, z: pa.Table | None) -> pa.Table | None:
     """Sum the weights of equal rows and drop rows whose weight is zero."""
     if z is None or z.num_rows == 0:
         return None
-    cols = [c for c in z.column_names if c != W]
-    if not cols:
-        total = pc.sum(z.column(W)).as_py() or 0
-        return None if total == 0 else pa.table({W: pa.array([total], pa.int64())})
-    names = ", ".join(f'"{c}"' for c in cols)
-    out = compute.query(
-        f'SELECT {names}, CAST(sum("{W}") AS BIGINT) AS "{W}" FROM z GROUP BY ALL'
-        f' HAVING sum("{W}") <> 0',
-        z=z,
-    )
+    names = ", ".join(f'"{c}"' for c in z.column_names if c != W)
+    out = compute.query(_consolidating_sql(names, "z"), z=z)
     return out.cast(z.schema) if out.num_rows else None
 
 
@@ -133,14 +133,7 @@ def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
         return None
     if relation == "d":
         return consolidate(b.compute, rows)
-    if not op.output:
-        return consolidate(b.compute, b.compute.query(f"SELECT * FROM {relation}", d=rows))
-    names = _cols(op.output)
-    out = b.compute.query(
-        f'SELECT {names}, CAST(sum("{W}") AS BIGINT) AS "{W}" FROM {relation}'
-        f' GROUP BY ALL HAVING sum("{W}") <> 0',
-        d=rows,
-    )
+    out = b.compute.query(_consolidating_sql(_cols(op.output), relation), d=rows)
     return conform(out, op.output) if out.num_rows else None
 
 
@@ -847,6 +840,8 @@ def _replace_aggs(
 class AggregateOp(Op):
     """GROUP BY (or a global aggregate); see the module doc for the two strategies."""
 
+    consolidated = True
+
     def __init__(self, child: Op, groups: Sequence[Expr], items: Sequence[tuple[Attr, Expr]],
                  state: Callable[[str, pa.Schema, Sequence[Sequence[str]]], KeyedTable],
                  name: str) -> None:  # fmt: skip
@@ -857,7 +852,6 @@ class AggregateOp(Op):
         self.groups = tuple(groups)
         self.calls = _agg_calls(items)
         self.small = not self.groups
-        self.consolidated = True
         self.name = name
         for call in self.calls:
             if call.function not in ("Count", "Sum", "Average", "Min", "Max", "First"):
@@ -898,6 +892,7 @@ class AggregateOp(Op):
                     fields.append(pa.field(f"s{i}", pa.decimal128(38, self._sum_scale(call))))
                 fields.append(pa.field(f"n{i}", pa.int64()))
             self.state_schema = pa.schema(fields)
+            self.value_cols = [f.name for f in fields[len(self.groups) :]]  # n, s<i>, n<i>
             index = [[f"g{i}" for i in range(len(self.groups))]] if self.groups else []
             self.state = state(name, self.state_schema, index)
         self.items_sql = {
@@ -952,14 +947,8 @@ class AggregateOp(Op):
         if states.num_rows == 0:
             return None
         weights = pa.array([-1] * old.num_rows + [1] * new.num_rows, pa.int64())
-        if not self.output:
-            total = pc.sum(weights).as_py() or 0
-            return None if total == 0 else pa.table({W: pa.array([total], pa.int64())})
-        out = b.compute.query(
-            f'SELECT {self._select()}, CAST(sum("{W}") AS BIGINT) AS "{W}" FROM t'
-            f' GROUP BY ALL HAVING sum("{W}") <> 0',
-            t=self._values(states).append_column(W, weights),
-        )
+        out = b.compute.query(_consolidating_sql(self._select(), "t"),
+                              t=self._values(states).append_column(W, weights))  # fmt: skip
         return conform(out, self.output) if out.num_rows else None
 
     def _zero_state(self) -> pa.Table:
@@ -997,10 +986,9 @@ class AggregateOp(Op):
         it changes at all."""
         out = b.compute.query(self._group_sums_sql(relation), d=rows)
         out = normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
-        value_cols = [c for c in self.state_schema.names if not c.startswith("g")]
         moved = [pc.not_equal(out.column(c), pa.scalar(0, out.schema.field(c).type))
-                 for c in value_cols]  # fmt: skip
-        return out.filter(functools.reduce(pc.or_, moved)) if moved else out
+                 for c in self.value_cols]  # fmt: skip
+        return out.filter(functools.reduce(pc.or_, moved))  # n is always there
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
         assert self.state is not None
@@ -1019,11 +1007,10 @@ class AggregateOp(Op):
 
     def _merge(self, b: Batch, old: pa.Table, change: pa.Table) -> pa.Table:
         names = [f"g{i}" for i in range(len(self.groups))]
-        value_cols = [c for c in self.state_schema.names if c not in names]
         on = " AND ".join(f'o."{g}" IS NOT DISTINCT FROM c."{g}"' for g in names) or "TRUE"
         keys = ", ".join(f'coalesce(c."{g}", o."{g}") AS "{g}"' for g in names)
         vals = ", ".join(
-            f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in value_cols
+            f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in self.value_cols
         )
         head = f"{keys}, " if keys else ""
         merged = b.compute.query(
