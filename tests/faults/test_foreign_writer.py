@@ -42,6 +42,7 @@ def test_foreign_commit_between_runs_is_refused_at_start(
     assert code == 1
     assert error is not None and f"table {total} version 1 was committed by another writer" in error
     assert view_state(bank) == {"total_balance": [115, None], "rich": [115]}  # nothing added
+    assert spark.streams.active == []  # the query, started while the job opened, stopped
     code, again = run_cli(bank, capsys)  # still refused: the job never overwrites it
     assert code == 1 and again == error
 

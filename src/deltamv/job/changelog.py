@@ -102,6 +102,8 @@ class ChangelogUpstream:
     def after_run(self, store: StateStore) -> None:
         pass
 
+    stream_reads_state = False  # the source lists segments; the state is not needed
+
     def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
         return (
             spark.readStream.format(SOURCE_NAME)

@@ -202,6 +202,8 @@ class PostgresUpstream:
                 format_lsn(exported.consistent_lsn), exported.snapshot_name,
             )  # fmt: skip
 
+    stream_reads_state = True  # the slot's position after the snapshot
+
     def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
         from deltamv.postgres.source import register
 

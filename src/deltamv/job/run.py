@@ -2,9 +2,11 @@
 
 :class:`ViewJob` holds the checkpoint's lock for the whole run, opens the job's state,
 plans and classifies the views, checks that every output table is the job's own and
-untouched, publishes the start (a snapshot's first versions), and then runs a Spark
+untouched, publishes the start (a snapshot's first versions), and runs a Spark
 Structured Streaming query whose batches :class:`~deltamv.job.batch.BatchRunner`
-processes. Errors leave as one-line deltamv errors.
+processes. Where the upstream's stream does not read the state, the query starts while
+the job opens, and its first batch waits for the job. Errors leave as one-line deltamv
+errors.
 """
 
 from __future__ import annotations
@@ -84,13 +86,27 @@ class ViewJob:
                 self.checkpoint / STATE_FILE, job=self.config.name, start_ts=upstream.start_ts()
             )
             compute = Compute(temp_dir=str(self.checkpoint / "tmp" / "compute"))
+            opened = _Opened()
+            query: StreamingQuery | None = None
             try:
+                if not upstream.stream_reads_state:
+                    # Spark starts the query (its Python source's worker takes about half
+                    # a second) while the job opens; a batch waits for the job to be open.
+                    query = self._start(upstream.stream(self.spark, store), opened, once=once)
                 runner = self._open(store, compute, upstream)
                 fresh = not store.progress().bootstrapped
                 runner.bootstrap(upstream.snapshot(store) if fresh else None)
-                self._stream(runner, once=once)
+                opened.set(runner)
+                if query is None:
+                    query = self._start(upstream.stream(self.spark, store), opened, once=once)
+                self._await(query)
                 upstream.after_run(store)
             finally:
+                opened.clear()  # a batch still waiting (the job failed to open) fails
+                if query is not None:
+                    self._query = None
+                    with contextlib.suppress(PySparkException, Py4JError):
+                        query.stop()  # stopped already, unless the job failed to open
                 compute.close()
                 store.close()
         return list(self.reports)
@@ -153,18 +169,14 @@ class ViewJob:
         )  # fmt: skip
 
     # -- streaming -------------------------------------------------------------------------
-    def _stream(self, runner: BatchRunner, *, once: bool) -> None:
-        reader = runner.upstream.stream(self.spark, runner.store)
+    def _start(self, reader: DataFrame, opened: _Opened, *, once: bool) -> StreamingQuery:
+        """Start the streaming query whose batches the job's runner processes."""
         _local_checkpoint_files(self.spark)
-        # Spark's callback server keeps the batch function after the query ends: it
-        # reaches the run's state only through this holder, emptied when the run ends.
-        holder = [runner]
 
         def on_batch(df: DataFrame, batch_id: int) -> None:
-            if not holder:
-                raise DeltaMVError("a batch arrived after the job's run ended")
+            runner = opened.wait()
             try:
-                report = holder[0].run(batch_id)
+                report = runner.run(batch_id)
             except BaseException as exc:
                 self._error = unwire(exc) or _storage_error(exc) or exc
                 raise
@@ -186,11 +198,7 @@ class ViewJob:
         self._query = query
         if self._stop_requested:  # during the start (signal handlers run in this thread)
             self.request_stop()
-        try:
-            self._await(query)
-        finally:
-            holder.clear()
-            self._query = None
+        return query
 
     def _await(self, query: StreamingQuery) -> None:
         try:
@@ -220,6 +228,34 @@ class ViewJob:
         if found is not None:
             return found
         return DeltaMVError(f"the streaming query failed: {str(exc).strip().splitlines()[0]}")
+
+
+class _Opened:
+    """The job's batch runner, handed from the thread that opens the job to Spark's batches.
+
+    A batch that arrives while the job still opens waits for it; one that arrives after
+    the run ended, or when the job failed to open, fails. Spark's callback server keeps
+    the batch function after the query ends: it reaches the run only through this.
+    """
+
+    def __init__(self) -> None:
+        self._ready = threading.Event()
+        self._runner: BatchRunner | None = None
+
+    def set(self, runner: BatchRunner) -> None:
+        self._runner = runner
+        self._ready.set()
+
+    def clear(self) -> None:
+        self._runner = None
+        self._ready.set()
+
+    def wait(self) -> BatchRunner:
+        self._ready.wait()
+        runner = self._runner
+        if runner is None:
+            raise DeltaMVError("a batch arrived after the job's run ended")
+        return runner
 
 
 _CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"

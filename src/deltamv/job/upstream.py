@@ -40,6 +40,11 @@ class Upstream(Protocol):
         while the state is not bootstrapped; may record positions in ``store``."""
         ...
 
+    # Whether :meth:`stream` reads the state (a start position the snapshot records): if
+    # not, the job starts the streaming query while it opens (Spark's start of the query
+    # then overlaps the job's own).
+    stream_reads_state: bool
+
     def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
         """The Spark streaming source that plans the batches."""
         ...
