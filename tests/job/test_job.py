@@ -60,6 +60,70 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
     )
 
 
+def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tables start empty: the first versions are the views over empty tables plus
+    the batch's change, with no full evaluation of the mirrors; a view whose rows the
+    change does not reach still gets its one row over empty input."""
+    from deltamv.job.views import MirrorFiles, ViewSet
+
+    config_text = CONFIG + (
+        '\n[views.big]\nsql = "SELECT COUNT(*) AS n, SUM(balance) AS s FROM accounts'
+        ' WHERE balance > 1000"\npath = "out/views/big"\n'
+    )
+    (bank / "config.toml").write_text(config_text)
+    config = load_config(bank / "config.toml")
+    scanned: list[str] = []  # mirrors written out for a full evaluation while they held rows
+    real_path = MirrorFiles.path
+
+    def path(self: MirrorFiles, table: str) -> str:
+        if not self.empty and not self.mirrors[table].is_empty():
+            scanned.append(table)
+        return real_path(self, table)
+
+    def contents(self: ViewSet, name: str, scratch: Path) -> Any:
+        raise AssertionError(f"view {name} evaluated in full")
+
+    monkeypatch.setattr(MirrorFiles, "path", path)
+    monkeypatch.setattr(ViewSet, "contents", contents)
+    reports = ViewJob(config, spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [115]
+    assert scanned == []
+    views = bank / "out" / "views"
+    for name in ("total_balance", "rich", "big"):
+        assert [(v.version, v.watermark) for v in delta.versions(str(views / name))] == [(0, 115)]
+    assert_df_equality(
+        rows(spark, views / "total_balance"),
+        spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL"),
+        ignore_nullable=True,
+    )
+    assert_df_equality(
+        rows(spark, views / "rich"),
+        spark.createDataFrame([(1, "o1"), (2, "o2"), (7, "o7")], "id BIGINT, owner STRING"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert_df_equality(
+        rows(spark, views / "big"),
+        spark.createDataFrame([(0, None)], "n BIGINT NOT NULL, s BIGINT"),
+        ignore_nullable=True,
+    )
+
+    # The next batch is incremental against those versions.
+    monkeypatch.undo()
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(config, spark).run(once=True)
+    assert_df_equality(
+        rows(spark, views / "rich"),
+        spark.createDataFrame([(2, "o2"), (7, "o7")], "id BIGINT, owner STRING"),
+        ignore_row_order=True,
+        ignore_nullable=True,
+    )
+    assert [v.watermark for v in delta.versions(str(views / "big"))] == [115, 140]
+
+
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:
     config = load_config(bank / "config.toml")
     bad = segment(bank, 2, 2, lines([resolved(2, 140), resolved(2, 139)]))

@@ -171,6 +171,7 @@ class BatchRunner:
         deltas = {t: c.delta for t, c in table_changes.items() if c.delta.num_rows}
         b = Batch(self.compute, self.mirrors, deltas)
         was_ready = {n: self.views.ready(n) for n in self.views.views}
+        from_empty = self._from_empty(was_ready)
         view_deltas = self.views.deltas(b)
         clock.lap("maintain")
         self.views.finish(b)
@@ -180,8 +181,29 @@ class BatchRunner:
         if not_ready:
             self.views.build(not_ready, self.scratch)
         for target in self.targets.values():
-            self._stage(batch, target, deltas, view_deltas, was_ready)
+            self._stage(batch, target, deltas, view_deltas, was_ready, from_empty)
         clock.lap("maintain")
+
+    def _from_empty(self, was_ready: Mapping[str, bool]) -> set[str]:
+        """The targets this batch creates from empty inputs (a job started without a
+        snapshot): never committed, no table yet, every table they read still empty, and
+        for a view, incremental and ready. Their first version is their contents over
+        empty tables plus the batch's change, with no full evaluation of the mirrors.
+        Called before the batch changes the mirrors."""
+        out = set()
+        for tid, target in self.targets.items():
+            if self.store.committed_version(tid) is not None or self.sinks[tid].handle.exists():
+                continue
+            if target.kind == "view":
+                view = self.views.views[target.name]
+                if view.maintainer is None or not was_ready[target.name]:
+                    continue
+                tables = view.tables
+            else:
+                tables = frozenset([target.name])
+            if all(self.mirrors[t].is_empty() for t in tables):
+                out.add(tid)
+        return out
 
     def _stage(
         self,
@@ -190,9 +212,10 @@ class BatchRunner:
         deltas: Mapping[str, pa.Table],
         view_deltas: Mapping[str, pa.Table | None],
         was_ready: Mapping[str, bool],
+        from_empty: set[str],
     ) -> None:
         outbox = self.store.outbox
-        exists = self.sinks[target.id].handle.exists()
+        exists = self.sinks[target.id].handle.exists() or target.id in from_empty
         if target.kind == "view":
             view = self.views.views[target.name]
             if view.mode == "recompute":
@@ -206,6 +229,10 @@ class BatchRunner:
                 outbox.put(batch, target.id, "rebuild")
                 return
             delta = view_deltas.get(target.name)
+            if target.id in from_empty:
+                parts = self.views.over_empty(target.name, self.scratch, like=delta)
+                outbox.put(batch, target.id, "delta", [parts] if delta is None else [parts, delta])
+                return
             outbox.put(batch, target.id, "none" if delta is None else "delta",
                        [] if delta is None else [delta])  # fmt: skip
             return
@@ -308,7 +335,12 @@ class BatchRunner:
 
     def _start(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
         self.views.sync_state()
-        if snapshot is not None:
+        if snapshot is None:
+            # The tables start empty: each incremental view's state is that of empty
+            # tables, and the first batch that moves the watermark creates the outputs
+            # from the batch's change (app version 1, see _from_empty).
+            self.views.build(list(self.views.views), self.scratch)
+        else:
             for table, rows in snapshot:
                 mirror = self.mirrors[table]
                 # Rows with a key (PostgreSQL's, keyed as its changes are) are found by

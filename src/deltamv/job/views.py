@@ -31,7 +31,7 @@ from deltamv.errors import ConfigError, DeltaMVError
 from deltamv.state.keyed import KEY, KeyedTable, Mirror
 from deltamv.state.store import StateStore, ViewRecord
 from deltamv.views.expr import Unsupported
-from deltamv.views.ivm import AggregateOp, Attr, Batch, ViewMaintainer, W, compile_view
+from deltamv.views.ivm import AggregateOp, Attr, Batch, ViewMaintainer, W, compile_view, conform
 from deltamv.views.plan import ViewPlan, plan_views
 
 __all__ = ["MaintainedView", "ViewSet"]
@@ -201,6 +201,17 @@ class ViewSet:
                 ViewRecord(name, view.mode, view.reason, view.plan.fingerprint, True)
             )
 
+    def over_empty(self, name: str, scratch: Path, *, like: pa.Table | None) -> pa.Table:
+        """An incremental view's rows over empty tables (say a global aggregate's one
+        row), as a Z-set: its columns by name, plus ``__w``; in ``like``'s schema if given."""
+        view = self.views[name]
+        maintainer = view.maintainer
+        assert maintainer is not None
+        with MirrorFiles(self.mirrors, scratch, empty=True) as files, _view_errors(name):
+            rows = self.compute.query(maintainer.full_sql(files.base))
+        z = maintainer.named(conform(rows, maintainer.root.output))
+        return z if like is None else z.cast(like.schema)
+
     def contents(self, name: str, scratch: Path) -> pa.Table:
         """The whole current content of an incremental view, from the mirrors."""
         view = self.views[name]
@@ -252,10 +263,14 @@ def _expand(rows: pa.Table, view: MaintainedView) -> pa.Table:
 
 class MirrorFiles:
     """The mirrors written out as Parquet files for a full evaluation in DuckDB (bounded
-    memory: DuckDB reads them and spills); removed afterwards."""
+    memory: DuckDB reads them and spills); removed afterwards. ``empty``: files with the
+    mirrors' columns and no rows (a full evaluation over empty tables)."""
 
-    def __init__(self, mirrors: Mapping[str, Mirror], scratch: Path) -> None:
+    def __init__(
+        self, mirrors: Mapping[str, Mirror], scratch: Path, *, empty: bool = False
+    ) -> None:
         self.mirrors = mirrors
+        self.empty = empty
         self.folder = scratch / f"mirrors-{uuid.uuid4().hex[:8]}"
         self._paths: dict[str, str] = {}
 
@@ -272,7 +287,7 @@ class MirrorFiles:
             schema = pa.schema([f for f in mirror.schema if f.name != KEY])
             target = str(self.folder / f"{table}.parquet")
             with pq.ParquetWriter(target, schema) as writer:
-                for chunk in mirror.scan():
+                for chunk in () if self.empty else mirror.scan():
                     writer.write_table(chunk.select(schema.names).cast(schema))
             self._paths[table] = target
         return self._paths[table]

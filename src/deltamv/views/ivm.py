@@ -1316,9 +1316,10 @@ class ViewMaintainer:
         z = consolidated_change(b, self.root)
         if z is None:
             return None
-        return self._named(z)
+        return self.named(z)
 
-    def _named(self, z: pa.Table) -> pa.Table:
+    def named(self, z: pa.Table) -> pa.Table:
+        """Rows of the root's output (columns ``c<id>`` and ``__w``) by the view's names."""
         cols = [z.column(a.col) for a in self.root.output]
         return pa.table([*cols, z.column(W)], names=[*self.output_names, W])
 
