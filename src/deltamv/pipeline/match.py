@@ -88,12 +88,14 @@ def match(
     events = events.append_column("ev", ev_index)
     kinds = events.column("type")
 
-    region_events = events.filter(pc.is_in(kinds, pa.array(_REGION_TYPES)))
+    region_events = events.select(
+        ["ev", "region", "type", "ts", "start_key", "end_key", "parents"]
+    ).filter(pc.is_in(kinds, pa.array(_REGION_TYPES)))
     new_regions, retired_at, first_bad = _walk_regions(region_events, regions)
 
-    row_events = events.filter(pc.is_in(kinds, pa.array(_ROW_TYPES))).select(
+    row_events = events.select(
         ["ev", "region", "type", "start_ts", "commit_ts", "table", "key"]
-    )
+    ).filter(pc.is_in(kinds, pa.array(_ROW_TYPES)))  # only the columns it needs are copied
     violations: list[_Violation] = [] if first_bad is None else [first_bad]
     violations += _after_retired(compute, row_events, retired_at)
 
@@ -341,9 +343,9 @@ def _apply_fates(
 
 def _with_events(events: pa.Table, rows: pa.Table) -> pa.Table:
     """A table's value rows with their events' region, start_ts, commit_ts, type, key, op."""
-    picked = events.take(rows.column("row")).select(
-        ["region", "start_ts", "commit_ts", "type", "key", "op"]
-    )
+    picked = events.select(["region", "start_ts", "commit_ts", "type", "key", "op"]).take(
+        rows.column("row")
+    )  # only the columns it needs are copied
     for name in picked.column_names:
         rows = rows.append_column(name, picked.column(name))
     return rows.drop_columns(["row"])
