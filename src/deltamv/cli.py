@@ -73,7 +73,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="deltamv",
         description="Strongly consistent materialized views of a TiKV-style change log in Delta Lake.",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log Spark's warnings too")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="log Spark's warnings and the whole text of a failed query's error too",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a view job (the config: docs/config.md)")
@@ -122,9 +127,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
     ours = logging.getLogger("deltamv")
     ours.handlers[:] = [handler]
-    ours.setLevel(logging.INFO)
+    ours.setLevel(logging.DEBUG if args.verbose else logging.INFO)
     ours.propagate = False
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, force=True)
+    if not args.verbose:
+        # A failed batch reaches the user as deltamv's one line below; py4j would first
+        # log the whole traceback of the Spark callback that raised it.
+        logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     try:
         return int(args.func(args))
     except DeltaMVError as exc:

@@ -154,3 +154,22 @@ def test_segment_deleted_or_rewritten_after_it_was_read(
     assert view_state(bank) == FIRST
     target.write_text(original)  # restored: a new file with the old bytes passes
     assert_resumes(spark, bank, capsys)
+
+
+def test_a_bad_record_through_a_real_process_is_one_line(bank: Path) -> None:
+    """The command line: the error is deltamv's one line, without the tracebacks Spark and
+    py4j would log for the failed batch first (``-v`` shows them)."""
+    import subprocess
+    import sys
+
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2 + "{not json\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "deltamv.cli", "run", str(bank / "config.toml"), "--once"],
+        capture_output=True, text=True, timeout=300, cwd=bank,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1 and errors[0].startswith("deltamv: error: bad record at "), proc.stderr
+    assert "region-2/000002.jsonl:4" in errors[0]
+    assert "Traceback" not in proc.stderr and "\tat " not in proc.stderr, proc.stderr

@@ -222,6 +222,7 @@ class ViewJob:
 
     def _explain(self, exc: BaseException) -> BaseException:
         """The one-line deltamv error behind a failed streaming query."""
+        log.debug("the streaming query failed: %s", exc)
         if self._error is not None:
             return self._error
         found = unwire(exc) or _storage_error(exc)
