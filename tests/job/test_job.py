@@ -3,6 +3,7 @@ in test_job_oracle.py)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,50 @@ def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
         ignore_nullable=True,
     )
     assert [v.watermark for v in delta.versions(str(views / "big"))] == [115, 140]
+
+
+def test_a_stop_while_the_job_opens_runs_no_batch(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The query starts while the job opens; a stop asked for meanwhile, with the first
+    batch already waiting, ends the run before any batch, and the next run processes the
+    log as if nothing happened (the stop may cut Spark's first offset write short)."""
+    config = load_config(bank / "config.toml")
+    job = ViewJob(config, spark)
+    real_open = ViewJob._open
+
+    def open_then_stop(self: ViewJob, *args: Any) -> Any:
+        runner = real_open(self, *args)
+        query = self._query
+        assert query is not None  # started before the job opened
+        deadline = time.monotonic() + 60
+        while not query.status["isTriggerActive"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # until the first batch waits for the job
+        assert query.status["isTriggerActive"]
+        self.request_stop()  # as the SIGTERM handler does
+        return runner
+
+    monkeypatch.setattr(ViewJob, "_open", open_then_stop)
+    assert job.run(once=True) == []
+    assert spark.streams.active == []
+    total = bank / "out" / "views" / "total_balance"
+    assert delta.table_version(str(total)) is None  # no batch ran
+    monkeypatch.undo()
+    reports = ViewJob(config, spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [115]
+    assert [v.watermark for v in delta.versions(str(total))] == [115]
+
+
+def test_a_log_write_cut_short_does_not_keep_the_job_from_starting(spark: Any, bank: Path) -> None:
+    """A stop or kill while Spark writes its first offset entry leaves the hidden
+    temporary file; Spark would refuse to start at batch 0 over it."""
+    offsets = bank / "state" / "_checkpoint" / "spark" / "offsets"
+    offsets.mkdir(parents=True)
+    (offsets / ".0.6f1c2b7e-0c1d-4c55-9f0e-3a1d2b4c5e6f.tmp").write_text('v1\n{"batchWat')
+    (offsets / "..0.6f1c2b7e-0c1d-4c55-9f0e-3a1d2b4c5e6f.tmp.crc").write_bytes(b"crc")
+    reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [115]
+    assert sorted(p.name for p in offsets.iterdir() if not p.name.endswith(".crc")) == ["0"]
 
 
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:

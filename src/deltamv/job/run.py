@@ -72,9 +72,11 @@ class ViewJob:
 
         Returns the reports of the batches this run processed; a continuous run keeps
         only the last ``_RECENT_REPORTS`` (it may run for months).
-        Raises ConfigError before anything is read, BadRecordError for bad input (nothing
-        of that batch is committed), CommitConflictError when another writer touched a
-        view, StorageError for I/O failures.
+        Raises ConfigError before any change is read (a view that cannot be maintained
+        as its config demands: after Spark may have planned the first batch, which the
+        next run replays), BadRecordError for bad input (nothing of that batch is
+        committed), CommitConflictError when another writer touched a view, StorageError
+        for I/O failures.
         """
         self.reports = deque(maxlen=None if once else _RECENT_REPORTS)
         self.batches = 0
@@ -96,13 +98,16 @@ class ViewJob:
                 runner = self._open(store, compute, upstream)
                 fresh = not store.progress().bootstrapped
                 runner.bootstrap(upstream.snapshot(store) if fresh else None)
+                if self._stop_requested:  # while the job opened: no batch runs
+                    log.info("stopped on request before the first batch")
+                    return list(self.reports)
                 opened.set(runner)
                 if query is None:
                     query = self._start(upstream.stream(self.spark, store), opened, once=once)
                 self._await(query)
                 upstream.after_run(store)
             finally:
-                opened.clear()  # a batch still waiting (the job failed to open) fails
+                opened.clear()  # a batch still waiting (the job failed to open or stopped) fails
                 if query is not None:
                     self._query = None
                     with contextlib.suppress(PySparkException, Py4JError):
@@ -172,6 +177,7 @@ class ViewJob:
     def _start(self, reader: DataFrame, opened: _Opened, *, once: bool) -> StreamingQuery:
         """Start the streaming query whose batches the job's runner processes."""
         _local_checkpoint_files(self.spark)
+        _clear_interrupted_writes(self.checkpoint / "spark")
 
         def on_batch(df: DataFrame, batch_id: int) -> None:
             runner = opened.wait()
@@ -287,6 +293,25 @@ def _local_checkpoint_files(spark: SparkSession) -> None:
             continue
         spark.conf.set(_CHECKPOINT_FILES, name)
         return
+
+
+def _clear_interrupted_writes(spark_checkpoint: Path) -> None:
+    """Remove what a log write cut short left in Spark's checkpoint (the job holds its lock).
+
+    Spark writes each offset and commit log entry to a hidden temporary file and renames
+    it; a stop or a kill during the write leaves the temporary file. Spark's logs skip
+    it, but a query starting at batch 0 refuses an offset log that holds any file, so
+    the job could not start again.
+    """
+    for log_dir in ("offsets", "commits"):
+        folder = spark_checkpoint / log_dir
+        if not folder.is_dir():
+            continue
+        for entry in folder.iterdir():
+            if entry.name.startswith(".") and entry.name.endswith((".tmp", ".tmp.crc")):
+                with contextlib.suppress(FileNotFoundError):
+                    entry.unlink()
+                log.info("removed %s, left by an interrupted write", entry)
 
 
 def _storage_error(exc: BaseException) -> StorageError | None:
