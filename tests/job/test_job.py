@@ -39,6 +39,8 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
     config = load_config(bank / "config.toml")
     reports = ViewJob(config, spark).run(once=True)
     assert [r.watermark for r in reports if r.committed] == [115]
+    # the checkpoint file manager the job set for its query is not left on the session
+    assert spark.conf.get("spark.sql.streaming.checkpointFileManagerClass", None) is None
     total = bank / "out" / "views" / "total_balance"
     assert [v.watermark for v in delta.versions(str(total))] == [115]
     expected = spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL")

@@ -65,6 +65,7 @@ class ViewJob:
         self._error: BaseException | None = None
         self._query: StreamingQuery | None = None
         self._stop_requested = False  # a stop asked for before the query started
+        self._session_conf: list[str] = []  # session settings the run made, unset at its end
 
     # -- public ----------------------------------------------------------------------------
     def run(self, *, once: bool) -> list[BatchReport]:
@@ -112,6 +113,9 @@ class ViewJob:
                     self._query = None
                     with contextlib.suppress(PySparkException, Py4JError):
                         query.stop()  # stopped already, unless the job failed to open
+                for key in self._session_conf:
+                    self.spark.conf.unset(key)
+                self._session_conf.clear()
                 compute.close()
                 store.close()
         return list(self.reports)
@@ -176,7 +180,8 @@ class ViewJob:
     # -- streaming -------------------------------------------------------------------------
     def _start(self, reader: DataFrame, opened: _Opened, *, once: bool) -> StreamingQuery:
         """Start the streaming query whose batches the job's runner processes."""
-        _local_checkpoint_files(self.spark)
+        if _local_checkpoint_files(self.spark):
+            self._session_conf.append(_CHECKPOINT_FILES)
         _clear_interrupted_writes(self.checkpoint / "spark")
 
         def on_batch(df: DataFrame, batch_id: int) -> None:
@@ -272,7 +277,7 @@ _FILE_SYSTEM_MANAGER = (  # Spark 4.2's package, then 4.0's
 )
 
 
-def _local_checkpoint_files(spark: SparkSession) -> None:
+def _local_checkpoint_files(spark: SparkSession) -> bool:
     """Have Spark write its offset and commit logs through Hadoop's ``FileSystem`` API.
 
     The job's Spark checkpoint is a local directory (next to the state file, which must
@@ -280,10 +285,12 @@ def _local_checkpoint_files(spark: SparkSession) -> None:
     the local file system starts a ``readlink`` process for each rename: about 25 ms of
     each log write, two writes a trigger. Through ``FileSystem`` a write takes about 7 ms
     and is as atomic here (a temporary file renamed; the checkpoint's lock keeps other
-    writers out). A manager the user chose is kept.
+    writers out). A manager the user chose is kept. The setting is the session's: True
+    when it was set here, for the run to unset at its end (other streaming queries of
+    the session may checkpoint elsewhere, where a rename may not be atomic).
     """
     if spark.conf.get(_CHECKPOINT_FILES, None):
-        return
+        return False
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     for name in _FILE_SYSTEM_MANAGER:
@@ -292,7 +299,8 @@ def _local_checkpoint_files(spark: SparkSession) -> None:
         except Py4JError:
             continue
         spark.conf.set(_CHECKPOINT_FILES, name)
-        return
+        return True
+    return False
 
 
 def _clear_interrupted_writes(spark_checkpoint: Path) -> None:
