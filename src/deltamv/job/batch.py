@@ -13,7 +13,8 @@
 
 A crash anywhere replays the batch: before 1 commits, from the start (nothing of it is in
 the state); after, from the outbox, skipping the tables already committed. Version 0 of
-the app transaction is the start: the snapshot, or the first versions of an empty start.
+the app transaction is the start from a snapshot; without one, the first batch that
+moves the watermark creates the tables.
 """
 
 from __future__ import annotations
@@ -185,9 +186,10 @@ class BatchRunner:
         clock.lap("maintain")
 
     def _from_empty(self, was_ready: Mapping[str, bool]) -> set[str]:
-        """The targets this batch creates from empty inputs (a job started without a
-        snapshot): never committed, no table yet, every table they read still empty, and
-        for a view, incremental and ready. Their first version is their contents over
+        """The targets this batch creates from empty inputs (those of a job started
+        without a snapshot, or added later while their tables are still empty): never
+        committed, no table yet, every table they read still empty, and for a view,
+        incremental and ready. Their first version is their contents over
         empty tables plus the batch's change, with no full evaluation of the mirrors.
         Called before the batch changes the mirrors."""
         out = set()
@@ -320,8 +322,9 @@ class BatchRunner:
 
     # -- the start ----------------------------------------------------------------------
     def bootstrap(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
-        """Load the snapshot (if any) into the mirrors, build every view's state and
-        stage the first version of every output (app version 0, watermark = start)."""
+        """Load the snapshot (if any) into the mirrors, build every view's state and,
+        with a snapshot, stage and publish the first version of every output (app
+        version 0, watermark = start)."""
         with self.views.mirrors_written_once(self.scratch):
             if not self.store.progress().bootstrapped:
                 with self.store.transaction():
@@ -338,7 +341,7 @@ class BatchRunner:
         if snapshot is None:
             # The tables start empty: each incremental view's state is that of empty
             # tables, and the first batch that moves the watermark creates the outputs
-            # from the batch's change (app version 1, see _from_empty).
+            # from the batch's change (see _from_empty).
             self.views.build(list(self.views.views), self.scratch)
         else:
             for table, rows in snapshot:
