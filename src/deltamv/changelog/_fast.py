@@ -342,10 +342,15 @@ class _Columns:
     def __init__(self, table: pa.Table) -> None:
         self.table = table
         self.n = table.num_rows
+        self._arrays: dict[str, pa.Array] = {}  # combined once: the parser gives a chunk a block
 
     def array(self, name: str) -> pa.Array:
-        column = self.table.column(name)
-        return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        found = self._arrays.get(name)
+        if found is None:
+            column = self.table.column(name)
+            found = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            self._arrays[name] = found
+        return found
 
     def valid(self, name: str) -> np.ndarray:
         return _valid(self.array(name))
