@@ -194,8 +194,8 @@ class BatchRunner:
         Called before the batch changes the mirrors."""
         out = set()
         for tid, target in self.targets.items():
-            if self.store.committed_version(tid) is not None or self.sinks[tid].handle.exists():
-                continue
+            if self.sinks[tid].handle.exists() or self.store.committed_version(tid) is not None:
+                continue  # (the handle is in memory: most batches stop at it)
             if target.kind == "view":
                 view = self.views.views[target.name]
                 if view.maintainer is None or not was_ready[target.name]:
@@ -217,7 +217,13 @@ class BatchRunner:
         from_empty: set[str],
     ) -> None:
         outbox = self.store.outbox
-        exists = self.sinks[target.id].handle.exists() or target.id in from_empty
+        exists = self.sinks[target.id].handle.exists()
+        if target.kind == "view" and target.id in from_empty:
+            # its content before the batch: the view over empty tables
+            delta = view_deltas.get(target.name)
+            base = self.views.over_empty(target.name, self.scratch, like=delta)
+            outbox.put(batch, target.id, "delta", [base] if delta is None else [base, delta])
+            return
         if target.kind == "view":
             view = self.views.views[target.name]
             if view.mode == "recompute":
@@ -231,14 +237,10 @@ class BatchRunner:
                 outbox.put(batch, target.id, "rebuild")
                 return
             delta = view_deltas.get(target.name)
-            if target.id in from_empty:
-                parts = self.views.over_empty(target.name, self.scratch, like=delta)
-                outbox.put(batch, target.id, "delta", [parts] if delta is None else [parts, delta])
-                return
             outbox.put(batch, target.id, "none" if delta is None else "delta",
                        [] if delta is None else [delta])  # fmt: skip
             return
-        if not exists:
+        if not exists and target.id not in from_empty:  # from empty: its change is all of it
             outbox.put(batch, target.id, "rebuild")
             return
         delta = deltas.get(target.name)

@@ -65,7 +65,7 @@ class ViewJob:
         self._error: BaseException | None = None
         self._query: StreamingQuery | None = None
         self._stop_requested = False  # a stop asked for before the query started
-        self._session_conf: list[str] = []  # session settings the run made, unset at its end
+        self._unset_checkpoint_files = False  # the run set the session's manager: unset it
 
     # -- public ----------------------------------------------------------------------------
     def run(self, *, once: bool) -> list[BatchReport]:
@@ -95,7 +95,7 @@ class ViewJob:
                 if not upstream.stream_reads_state:
                     # Spark starts the query (its Python source's worker takes about half
                     # a second) while the job opens; a batch waits for the job to be open.
-                    query = self._start(upstream.stream(self.spark, store), opened, once=once)
+                    query = self._start(upstream, store, opened, once=once)
                 runner = self._open(store, compute, upstream)
                 fresh = not store.progress().bootstrapped
                 runner.bootstrap(upstream.snapshot(store) if fresh else None)
@@ -104,7 +104,7 @@ class ViewJob:
                     return list(self.reports)
                 opened.set(runner)
                 if query is None:
-                    query = self._start(upstream.stream(self.spark, store), opened, once=once)
+                    query = self._start(upstream, store, opened, once=once)
                 self._await(query)
                 upstream.after_run(store)
             finally:
@@ -113,9 +113,9 @@ class ViewJob:
                     self._query = None
                     with contextlib.suppress(PySparkException, Py4JError):
                         query.stop()  # stopped already, unless the job failed to open
-                for key in self._session_conf:
-                    self.spark.conf.unset(key)
-                self._session_conf.clear()
+                if self._unset_checkpoint_files:
+                    self.spark.conf.unset(_CHECKPOINT_FILES)
+                    self._unset_checkpoint_files = False
                 compute.close()
                 store.close()
         return list(self.reports)
@@ -178,11 +178,13 @@ class ViewJob:
         )  # fmt: skip
 
     # -- streaming -------------------------------------------------------------------------
-    def _start(self, reader: DataFrame, opened: _Opened, *, once: bool) -> StreamingQuery:
+    def _start(
+        self, upstream: Upstream, store: StateStore, opened: _Opened, *, once: bool
+    ) -> StreamingQuery:
         """Start the streaming query whose batches the job's runner processes."""
-        if _local_checkpoint_files(self.spark):
-            self._session_conf.append(_CHECKPOINT_FILES)
+        self._unset_checkpoint_files = _local_checkpoint_files(self.spark)
         _clear_interrupted_writes(self.checkpoint / "spark")
+        reader = upstream.stream(self.spark, store)
 
         def on_batch(df: DataFrame, batch_id: int) -> None:
             runner = opened.wait()

@@ -88,9 +88,9 @@ def match(
     events = events.append_column("ev", ev_index)
     kinds = events.column("type")
 
-    region_events = events.select(
-        ["ev", "region", "type", "ts", "start_key", "end_key", "parents"]
-    ).filter(pc.is_in(kinds, pa.array(_REGION_TYPES)))
+    region_events = events.select(list(_REGION_COLUMNS)).filter(
+        pc.is_in(kinds, pa.array(_REGION_TYPES))
+    )  # only the columns it needs are copied
     new_regions, retired_at, first_bad = _walk_regions(region_events, regions)
 
     row_events = events.select(
@@ -129,6 +129,9 @@ def match(
 
 
 # -- region events ------------------------------------------------------------------------
+_REGION_COLUMNS = ("ev", "region", "type", "ts", "start_key", "end_key", "parents")
+
+
 def _walk_regions(
     region_events: pa.Table, regions: Mapping[int, RegionState]
 ) -> tuple[dict[int, RegionState], dict[int, int], _Violation | None]:
@@ -143,8 +146,7 @@ def _walk_regions(
     }
     retired_at = {r: -1 for r, s in regions.items() if s.retired}
     found: _Violation | None = None
-    cols = [region_events.column(c).to_pylist()
-            for c in ("ev", "region", "type", "ts", "start_key", "end_key", "parents")]  # fmt: skip
+    cols = [region_events.column(c).to_pylist() for c in _REGION_COLUMNS]
     for position, region, kind, ts, start_key, end_key, parents in zip(*cols, strict=True):
         state = fields.get(region)
         if state is None:
