@@ -3,7 +3,9 @@ in test_job_oracle.py)."""
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +13,11 @@ import pytest
 from chispa import assert_df_equality
 
 from deltamv import delta
+from deltamv.changelog.segments import Segment
 from deltamv.config import load_config
 from deltamv.errors import BadRecordError, ConfigError
 from deltamv.job import ViewJob
+from deltamv.job.changelog import ChangelogUpstream
 from tests.helpers.bank import (
     CONFIG,
     GOOD_1_2,
@@ -125,6 +129,59 @@ def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
         ignore_nullable=True,
     )
     assert [v.watermark for v in delta.versions(str(views / "big"))] == [115, 140]
+
+
+def _spy_parses(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]]:
+    """Every group of segments the job parses: (thread name, the segments' paths)."""
+    parsed: list[tuple[str, tuple[str, ...]]] = []
+    real = ChangelogUpstream._parse
+
+    def spy(self: ChangelogUpstream, group: Sequence[Segment]) -> Any:
+        parsed.append((threading.current_thread().name, tuple(s.path for s in group)))
+        return real(self, group)
+
+    monkeypatch.setattr(ChangelogUpstream, "_parse", spy)
+    return parsed
+
+
+def test_the_first_batch_takes_the_segments_parsed_ahead(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While Spark starts the query, the job parses what the first batch will read; the
+    batch takes that parse, and no segment is parsed twice (a first start, then a
+    restart over new segments)."""
+    parsed = _spy_parses(monkeypatch)
+    config = load_config(bank / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(config, spark).run(once=True)
+    total = bank / "out" / "views" / "total_balance"
+    assert [v.watermark for v in delta.versions(str(total))] == [115, 140]
+    files = sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
+    assert len(files) == 4
+    assert sorted(path for _, group in parsed for path in group) == files  # each once
+    assert [thread for thread, _ in parsed] == ["deltamv-parse-ahead"] * 2
+
+
+def test_a_batch_that_reads_other_segments_than_parsed_ahead_parses_its_own(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A guess that is not how the batch begins (here: region 2's segment only, where the
+    batch begins with region 1's) is dropped; the batch parses every segment itself."""
+    parsed = _spy_parses(monkeypatch)
+    real = ChangelogUpstream._first_batch_ahead
+
+    def wrong(self: ChangelogUpstream, done: int, *, once: bool) -> tuple[Segment, ...]:
+        return tuple(s for s in real(self, done, once=once) if s.region == 2)
+
+    monkeypatch.setattr(ChangelogUpstream, "_first_batch_ahead", wrong)
+    reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [115]
+    ahead = [group for thread, group in parsed if thread == "deltamv-parse-ahead"]
+    own = [path for thread, group in parsed if thread != "deltamv-parse-ahead" for path in group]
+    assert len(ahead) == 1 and all("region-2" in path for path in ahead[0])
+    assert sorted(own) == sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
 
 
 def test_a_stop_while_the_job_opens_runs_no_batch(

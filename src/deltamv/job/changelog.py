@@ -6,12 +6,20 @@ batch's offsets to the query's offset log before the batch runs. The batch itsel
 those segments here, on the driver, in one pass per file (parsed columnar and
 fingerprinted from the same bytes): its segments are those after the previous batch's
 offset up to this batch's, so a replayed batch reads exactly the same ones.
+
+While Spark starts the query (about a second), the job already parses, in the
+background, the first group of segments its first batch will most likely read: the
+batch Spark replays, or the one the source's own planning gives from the last offset.
+The batch uses that parse only if its segments begin with exactly those segments; what
+it reads is still decided by Spark's offset log alone.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +30,13 @@ from pyspark.sql import DataFrame, SparkSession
 from deltamv.changelog.batch import SegmentFingerprint, parse_segments
 from deltamv.changelog.segments import Segment, scan_region
 from deltamv.changelog.snapshot import iter_snapshot, read_snapshot_ts
-from deltamv.changelog.source import SOURCE_NAME, decode_offset, tables_option
+from deltamv.changelog.source import (
+    SOURCE_NAME,
+    ChangelogStreamReader,
+    decode_offset,
+    encode_offset,
+    tables_option,
+)
 from deltamv.compute import Compute
 from deltamv.config import JobConfig
 from deltamv.errors import DeltaMVError
@@ -33,7 +47,11 @@ from deltamv.state.store import SegmentRecord, StateStore
 
 __all__ = ["BatchSegments", "ChangelogUpstream"]
 
+log = logging.getLogger(__name__)
+
 _GROUP_BYTES = 48 << 20  # segment bytes parsed and matched at once (memory per step)
+
+Parsed = tuple[EventGroup, list[SegmentRecord]]
 
 
 @dataclass(frozen=True)
@@ -57,6 +75,7 @@ class ChangelogUpstream:
         self.schemas = {n: t.schema for n, t in config.tables.items()}
         self.keys = {n: t.primary_key for n, t in config.tables.items()}
         self.ledger: SegmentLedger | None = None
+        self._ahead: _Ahead | None = None  # the first batch's first group, parsed early
 
     def start_ts(self) -> int:
         return read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
@@ -102,21 +121,59 @@ class ChangelogUpstream:
     def after_run(self, store: StateStore) -> None:
         pass
 
+    def close(self) -> None:
+        """Wait for a parse started ahead that no batch took, and let go of it."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.join()
+
     stream_reads_state = False  # the source lists segments; the state is not needed
 
+    def _options(self) -> dict[str, str]:
+        return {
+            "path": self.config.changelog,
+            "tables": tables_option(self.schemas),
+            "maxSegmentsPerTrigger": str(self.config.max_segments_per_batch),
+        }
+
     def stream(self, spark: SparkSession, store: StateStore) -> DataFrame:
-        return (
-            spark.readStream.format(SOURCE_NAME)
-            .option("path", self.config.changelog)
-            .option("tables", tables_option(self.schemas))
-            .option("maxSegmentsPerTrigger", str(self.config.max_segments_per_batch))
-            .load()
-        )
+        return spark.readStream.format(SOURCE_NAME).options(**self._options()).load()
+
+    def prefetch(self, store: StateStore, *, once: bool) -> None:
+        """Start parsing the first group of segments the run's first batch will most
+        likely read (see the module doc), on a thread of its own."""
+        try:
+            segments = self._first_batch_ahead(store.progress().batch, once=once)
+        except Exception as e:  # the batch reads again, and reports it
+            log.debug("no parse ahead of the first batch: %s", e)
+            return
+        group = next(_grouped(segments), ())
+        if group:
+            self._ahead = _Ahead(tuple(group), self._parse)
+
+    def _first_batch_ahead(self, done: int, *, once: bool) -> tuple[Segment, ...]:
+        """The segments of the first batch this run will ingest (after batch ``done``):
+        a batch Spark planned and did not finish, else the next one as the source would
+        plan it now (new segments may still change that)."""
+        planned = _last_logged(self.offset_log)
+        if planned > done:  # Spark replays it
+            return self.segments(planned).segments
+        start = self._logged_offset(planned) if planned >= 0 else {}
+        reader = ChangelogStreamReader(self._options())
+        if once:
+            reader.prepareForTriggerAvailableNow()
+        end = reader.latestOffset(encode_offset(start), reader.getDefaultReadLimit())
+        return self._between(planned + 1, start, decode_offset(end))
 
     def segments(self, batch: int) -> BatchSegments:
         """The segments ``batch`` reads, from Spark's offset log."""
         end = self._logged_offset(batch)
         start = self._logged_offset(batch - 1) if batch > 0 else {}
+        return BatchSegments(batch, start, end, self._between(batch, start, end))
+
+    def _between(
+        self, batch: int, start: Mapping[int, int], end: Mapping[int, int]
+    ) -> tuple[Segment, ...]:
         found: list[Segment] = []
         root = self.config.changelog
         for region, last in sorted(end.items()):
@@ -131,34 +188,89 @@ class ChangelogUpstream:
                     f" longer in the change log {root}"
                 )
             found.extend(segs)
-        return BatchSegments(batch, start, end, tuple(found))
+        return tuple(found)
 
     def _logged_offset(self, batch: int) -> dict[int, int]:
         return decode_offset(logged_offset(self.offset_log, batch))
 
-    def groups(
-        self, segments: Sequence[Segment]
-    ) -> Iterator[tuple[EventGroup, list[SegmentRecord]]]:
-        """The segments parsed in groups of bounded size, with their fingerprints."""
-        group: list[Segment] = []
-        size = 0
-        for seg in segments:
-            try:
-                length = os.path.getsize(seg.path)
-            except OSError:
-                length = 0
-            if group and size + length > _GROUP_BYTES:
-                yield self._parse(group)
-                group, size = [], 0
-            group.append(seg)
-            size += length
-        if group:
+    def groups(self, segments: Sequence[Segment]) -> Iterator[Parsed]:
+        """The segments parsed in groups of bounded size, with their fingerprints; the
+        first group parsed ahead if the segments begin with it."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            parsed = ahead.take(segments)
+            if parsed is not None:
+                yield parsed
+                segments = segments[len(ahead.group) :]
+        for group in _grouped(segments):
             yield self._parse(group)
 
-    def _parse(self, group: Sequence[Segment]) -> tuple[EventGroup, list[SegmentRecord]]:
+    def _parse(self, group: Sequence[Segment]) -> Parsed:
         batch, prints = parse_segments(group, self.schemas, self.keys)
         records = [_record(p) for p in prints]
         return EventGroup(batch.files, batch.events, batch.values), records
+
+
+def _grouped(segments: Sequence[Segment]) -> Iterator[list[Segment]]:
+    """``segments`` in order, cut into groups of at most ``_GROUP_BYTES`` (at least one
+    segment each)."""
+    group: list[Segment] = []
+    size = 0
+    for seg in segments:
+        try:
+            length = os.path.getsize(seg.path)
+        except OSError:
+            length = 0
+        if group and size + length > _GROUP_BYTES:
+            yield group
+            group, size = [], 0
+        group.append(seg)
+        size += length
+    if group:
+        yield group
+
+
+class _Ahead:
+    """A group of segments parsed on a thread of its own, for the batch that reads it.
+
+    A parse that fails is dropped: the batch parses the segments again and reports
+    the error as it would have.
+    """
+
+    def __init__(self, group: tuple[Segment, ...], parse: Callable[[Sequence[Segment]], Parsed]):
+        self.group = group
+        self._parsed: Parsed | None = None
+        self._thread = threading.Thread(
+            target=self._run, args=(parse,), name="deltamv-parse-ahead", daemon=True
+        )
+        self._thread.start()
+
+    def _run(self, parse: Callable[[Sequence[Segment]], Parsed]) -> None:
+        try:
+            self._parsed = parse(self.group)
+        except Exception as e:  # see the class doc
+            log.debug("parse ahead of the first batch failed: %s", e)
+
+    def join(self) -> None:
+        self._thread.join()
+        self._parsed = None
+
+    def take(self, segments: Sequence[Segment]) -> Parsed | None:
+        """The parse, if ``segments`` begin with the group (else None, and dropped)."""
+        self._thread.join()
+        parsed, self._parsed = self._parsed, None
+        if tuple(segments[: len(self.group)]) != self.group:
+            return None
+        return parsed
+
+
+def _last_logged(log_dir: Path) -> int:
+    """The highest batch in one of Spark's logs (offsets, commits); -1 if none."""
+    try:
+        names = os.listdir(log_dir)
+    except FileNotFoundError:
+        return -1
+    return max((int(n) for n in names if n.isdigit()), default=-1)
 
 
 def _record(p: SegmentFingerprint) -> SegmentRecord:

@@ -294,7 +294,13 @@ class PostgresUpstream:
             pg_lsn = format_lsn(int(last)) if last is not None else None
         return {PG_LSN_KEY: str(pg_lsn)} if pg_lsn else {}
 
+    def prefetch(self, store: StateStore, *, once: bool) -> None:
+        pass  # a batch's changes are known only once Spark's source plans it
+
     def after_batch(self, batch: int) -> None:
+        pass
+
+    def close(self) -> None:
         pass
 
     def after_run(self, store: StateStore) -> None:

@@ -96,9 +96,13 @@ class ViewJob:
                     # Spark starts the query (its Python source's worker takes about half
                     # a second) while the job opens; a batch waits for the job to be open.
                     query = self._start(upstream, store, opened, once=once)
-                runner = self._open(store, compute, upstream)
                 fresh = not store.progress().bootstrapped
+                if not fresh:  # (a first start loads the snapshot first: memory of its own)
+                    upstream.prefetch(store, once=once)
+                runner = self._open(store, compute, upstream)
                 runner.bootstrap(upstream.snapshot(store) if fresh else None)
+                if fresh:
+                    upstream.prefetch(store, once=once)
                 if self._stop_requested:  # while the job opened: no batch runs
                     log.info("stopped on request before the first batch")
                     return list(self.reports)
@@ -109,6 +113,7 @@ class ViewJob:
                 upstream.after_run(store)
             finally:
                 opened.clear()  # a batch still waiting (the job failed to open or stopped) fails
+                upstream.close()
                 if query is not None:
                     self._query = None
                     with contextlib.suppress(PySparkException, Py4JError):

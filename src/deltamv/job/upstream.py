@@ -49,6 +49,11 @@ class Upstream(Protocol):
         """The Spark streaming source that plans the batches."""
         ...
 
+    def prefetch(self, store: StateStore, *, once: bool) -> None:
+        """Start reading, in the background, what the run's first batch will most likely
+        read (the batch uses it only if it reads exactly that; may do nothing)."""
+        ...
+
     def ingest(self, store: StateStore, compute: Compute, batch: int, lap: Lap) -> IngestResult:
         """Read ``batch`` and release its changes (inside the batch's state transaction)."""
         ...
@@ -63,6 +68,10 @@ class Upstream(Protocol):
 
     def after_run(self, store: StateStore) -> None:
         """The run ends (the streaming query stopped)."""
+        ...
+
+    def close(self) -> None:
+        """The run is over, whether it failed or not: stop what :meth:`prefetch` started."""
         ...
 
 
