@@ -103,6 +103,18 @@ def test_stats_leave_out_bounds_that_would_be_wrong(tmp_path) -> None:
     assert stats["nullCount"] == {"s": 0, "x": 0, "empty": 2}
 
 
+def test_a_timestamp_at_the_end_of_year_9999_has_no_upper_bound(tmp_path) -> None:
+    """Rounded up to milliseconds, the last microsecond of 9999 would be year 10000,
+    which no reader parses: the file gets no upper bound for it (a lower one still)."""
+    schema = pa.schema([("at", pa.timestamp("us", tz="UTC"))])
+    last = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC)
+    (f,) = write_arrow(pa.table({"at": [last]}, schema=schema), str(tmp_path / "t"),
+                       schema=schema, prefix="a")  # fmt: skip
+    stats = json.loads(f.stats)
+    assert stats["minValues"] == {"at": "9999-12-31T23:59:59.999Z"}
+    assert stats["maxValues"] == {}
+
+
 def test_write_arrow_checks_columns_and_nullability(tmp_path) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     with pytest.raises(DeltaMVError, match="no column 'id'"):

@@ -109,8 +109,11 @@ def _json_value(scalar: Any, t: pa.DataType, *, upper: bool) -> str | None:
     return json.dumps(value)
 
 
-def _timestamp(value: int, unit: str, *, upper: bool) -> str:
-    when = _EPOCH + dt.timedelta(milliseconds=_millis(value, unit, upper=upper))
+def _timestamp(value: int, unit: str, *, upper: bool) -> str | None:
+    try:
+        when = _EPOCH + dt.timedelta(milliseconds=_millis(value, unit, upper=upper))
+    except OverflowError:  # past 9999-12-31 23:59:59.999 once rounded up: no bound
+        return None
     return f'"{when.strftime("%Y-%m-%dT%H:%M:%S")}.{when.microsecond // 1000:03d}Z"'
 
 
