@@ -72,12 +72,15 @@ def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
 ) -> None:
     """The tables start empty: the first versions are the views over empty tables plus
     the batch's change, with no full evaluation of the mirrors; a view whose rows the
-    change does not reach still gets its one row over empty input."""
+    change does not reach still gets its one row over empty input, and a view with no
+    row at all an empty table."""
     from deltamv.job.views import MirrorFiles, ViewSet
 
     config_text = CONFIG + (
         '\n[views.big]\nsql = "SELECT COUNT(*) AS n, SUM(balance) AS s FROM accounts'
         ' WHERE balance > 1000"\npath = "out/views/big"\n'
+        '\n[views.crowded]\nsql = "SELECT owner, COUNT(*) AS n FROM accounts GROUP BY owner'
+        ' HAVING COUNT(*) >= 2"\npath = "out/views/crowded"\n'
     )
     (bank / "config.toml").write_text(config_text)
     config = load_config(bank / "config.toml")
@@ -98,8 +101,9 @@ def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
     assert [r.watermark for r in reports if r.committed] == [115]
     assert scanned == []
     views = bank / "out" / "views"
-    for name in ("total_balance", "rich", "big"):
+    for name in ("total_balance", "rich", "big", "crowded"):
         assert [(v.version, v.watermark) for v in delta.versions(str(views / name))] == [(0, 115)]
+    assert rows(spark, views / "crowded").count() == 0
     assert_df_equality(
         rows(spark, views / "total_balance"),
         spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL"),
@@ -129,6 +133,7 @@ def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
         ignore_nullable=True,
     )
     assert [v.watermark for v in delta.versions(str(views / "big"))] == [115, 140]
+    assert [v.watermark for v in delta.versions(str(views / "crowded"))] == [115, 140]
 
 
 def _spy_parses(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, tuple[str, ...]]]:

@@ -292,6 +292,8 @@ class BatchRunner:
         if kind == "none":
             return NoChange()
         if kind == "delta":
+            if not parts:  # every part was empty (the outbox keeps no empty chunk)
+                return NoChange()  # (a first commit still creates the table)
             rows = pa.concat_tables(parts) if len(parts) > 1 else parts[0]
             return Delta(rows)
         if kind == "rebuild":
