@@ -94,3 +94,23 @@ def test_a_mirror_is_its_table_with_the_row_key_first_all_nullable() -> None:
     by_pk = mirror.lookup(["id"], pa.table({"id": [2]}))  # a snapshot row without a key
     assert by_key.column("name").to_pylist() == ["a"]
     assert by_pk.column("name").to_pylist() == ["b"]
+
+
+def test_float_keys_are_found_by_sql_equality_whatever_bits_the_rows_hold() -> None:
+    """A mirror keeps a row's values as they came (-0.0, a negative NaN); a lookup by a
+    join key matches as Spark's join does: -0.0 = 0.0 and NaN = NaN."""
+    schema = pa.schema([("f", pa.float64()), ("n", pa.int64())])
+    keyed = KeyedTable(sqlite3.connect(":memory:"), "f", schema, indexes=[["f"]])
+    negative_nan = -math.nan
+    assert math.copysign(1.0, negative_nan) == -1.0
+    keyed.insert(pa.table({"f": [0.0, -0.0, math.nan, negative_nan, 1.0, None],
+                           "n": [1, 2, 3, 4, 5, 6]}, schema=schema))  # fmt: skip
+
+    def found(*probe: float | None) -> list[int]:
+        got = keyed.lookup(["f"], pa.table({"f": pa.array(probe, pa.float64())}))
+        return sorted(got.column("n").to_pylist())
+
+    assert found(0.0) == found(-0.0) == [1, 2]
+    assert found(math.nan) == found(negative_nan) == [3, 4]
+    assert found(-0.0, 0.0, 1.0) == [1, 2, 5]  # each row once
+    assert found(None) == []

@@ -72,6 +72,9 @@ SHAPES: dict[str, str] = {
     " ON t.src = a.id AND t.owner <=> a.owner",
     "self_join": "SELECT x.id, y.id AS yid FROM accounts x JOIN accounts y"
     " ON x.owner <=> y.owner AND x.id < y.id",
+    # a floating-point key: -0.0 joins 0.0, NaN joins NaN (the mirror keeps the bits)
+    "float_join": "SELECT x.id, y.id AS yid, x.rate FROM accounts x JOIN accounts y"
+    " ON x.rate = y.rate AND x.id < y.id",
     # outer joins: NULL-padded rows appearing and disappearing
     "left_join": "SELECT a.id, a.owner, t.id AS tid, t.amount FROM accounts a"
     " LEFT JOIN transfers t ON t.dst = a.id",

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from deltamv.state.codec import from_rows, sql_type, to_rows
+from deltamv.state.codec import from_rows, normalise_floats, sql_type, to_rows
 
 __all__ = ["KEY", "ROWID", "KeyedTable", "Mirror", "mirror_schema"]
 
@@ -128,9 +128,10 @@ class KeyedTable:
         safe = dict(zip(columns, flags, strict=True))
         if keys.num_rows == 0 or self.is_empty():  # a first batch looks up into nothing
             return out_schema.empty_table()
-        keys = keys.select(columns)
+        keys = normalise_floats(keys.select(columns), columns)
         if keys.num_rows > 1:
             keys = keys.group_by(columns).aggregate([])
+        keys = _other_zeros_and_nans(keys, columns)
         parts: list[pa.Table] = []
         # One query per pattern of NULLs among the key columns: SQLite uses an index for
         # "c = ?" and for "c IS NULL", but not for "c IS ?".
@@ -187,6 +188,30 @@ class KeyedTable:
             if not rows:
                 return
             yield from_rows(rows, schema)
+
+
+_NEGATIVE_NAN = pa.array([-0x0008000000000000], pa.int64()).view(pa.float64())[0]
+
+
+def _other_zeros_and_nans(keys: pa.Table, columns: Sequence[str]) -> pa.Table:
+    """Normalised ``keys`` plus, for each floating-point column, the same keys with -0.0
+    for 0.0 and the negative NaN for NaN. Floats are stored by their bits (``codec``),
+    while a lookup is by SQL equality, Spark's for join keys: -0.0 = 0.0, NaN = NaN."""
+    for name in columns:
+        column = keys.column(name)
+        if not pa.types.is_floating(column.type):
+            continue
+        index = keys.schema.get_field_index(name)
+        zeros = keys.filter(pc.equal(column, pa.scalar(0.0, column.type)))
+        nans = keys.filter(pc.is_nan(column))
+        others = [
+            part.set_column(index, name, pa.array([value] * part.num_rows, column.type))
+            for part, value in ((zeros, -0.0), (nans, _NEGATIVE_NAN.as_py()))
+            if part.num_rows
+        ]
+        if others:
+            keys = pa.concat_tables([keys, *others])
+    return keys
 
 
 def mirror_schema(columns: pa.Schema) -> pa.Schema:
