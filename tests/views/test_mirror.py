@@ -9,6 +9,7 @@ import pyarrow as pa
 import pytest
 
 from deltamv.compute import Compute
+from deltamv.errors import DeltaMVError
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W
 from deltamv.views.mirror import apply_change, table_change
@@ -98,7 +99,6 @@ def test_a_snapshot_row_is_rewritten_in_place_and_takes_the_key(compute: Compute
     snapshot_rows(mirror, (1, "ann", 10), (2, "bob", 20), (3, "cy", 30))
     change = table_change(compute, mirror, changes(
         ("k1", "PUT", 1, "ann", 11),          # in place, takes the key
-        ("k2", "DELETE", None, None, None),   # no old primary key: finds nothing
         ("k9", "PUT", 9, "dee", 90),          # new
     ))  # fmt: skip
     assert [t.to_pylist() for t in change.updated] == [
@@ -148,3 +148,23 @@ def test_the_key_index_leaves_keyless_rows_out_and_replaces_a_full_one(
     plan = db.execute('EXPLAIN QUERY PLAN SELECT rowid FROM "m_accounts" WHERE "_key" = ?',
                       ("k2",)).fetchall()  # fmt: skip
     assert "INDEX" in plan[0][3] and "(_key=?)" in plan[0][3]
+
+
+def test_a_delete_without_old_value_of_a_snapshot_row_stops_the_batch(compute: Compute) -> None:
+    """A DELETE that names only its key cannot be matched to a snapshot row (those have
+    no key): the batch fails with one line instead of leaving the row in every version.
+    With the old primary key it deletes the row; a key nobody holds, when no keyless row
+    is left, deletes nothing."""
+    mirror = Mirror(sqlite3.connect(":memory:"), "accounts", COLUMNS, ["id"])
+    mirror.insert(pa.table({KEY: pa.nulls(2, pa.string()), "id": [1, 2], "owner": ["a", "b"],
+                            "balance": [10, 20]}).cast(mirror.schema))  # fmt: skip
+    with pytest.raises(DeltaMVError) as info:
+        table_change(compute, mirror, changes(("k1", "DELETE", None, None, None)))
+    assert "k1" in str(info.value) and "old_value" in str(info.value)
+    assert "\n" not in str(info.value)
+
+    with_old = changes(("k1", "DELETE", None, None, None), ("k2", "DELETE", None, None, None))
+    with_old = with_old.append_column("__old_id", pa.array([1, 2], pa.int64()))
+    apply_change(mirror, table_change(compute, mirror, with_old))
+    assert mirror.count() == 0
+    assert table_change(compute, mirror, changes(("k9", "DELETE", None, None, None))).removed == ()

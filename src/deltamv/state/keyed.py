@@ -233,3 +233,8 @@ class Mirror(KeyedTable):
         self.ensure_index([KEY], non_null=True)
         self.table = table
         self.primary_key = tuple(primary_key)
+
+    def has_keyless_rows(self) -> bool:
+        """Whether some row has no key (a snapshot's row no change has touched yet)."""
+        sql = f"SELECT 1 FROM {_q(self.name)} WHERE {_q(KEY)} IS NULL LIMIT 1"
+        return self.db.execute(sql).fetchone() is not None

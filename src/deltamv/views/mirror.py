@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamv.compute import Compute
+from deltamv.errors import DeltaMVError
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W, consolidate
 
@@ -185,6 +186,7 @@ def _replaced_rows(
     if deletes.num_rows and all(c in deletes.column_names for c in old_cols):
         old_pk = deletes.select(old_cols).rename_columns(pk)
         by_pk = pa.concat_tables([by_pk, old_pk.cast(by_pk.schema)])
+    _check_blind_deletes(mirror, deletes, old_cols, found[0])
     if by_pk.num_rows:
         found.append(mirror.lookup(pk, by_pk))
     rows = pa.concat_tables(found)
@@ -198,6 +200,32 @@ def _replaced_rows(
     )
     keep = compute.query(f'SELECT min(_n) AS _n FROM r GROUP BY "{ROWID}" ORDER BY 1', r=numbered)
     return rows.take(keep.column("_n"))
+
+
+def _check_blind_deletes(
+    mirror: Mirror, deletes: pa.Table, old_cols: list[str], by_key: pa.Table
+) -> None:
+    """A DELETE that names only its key (no old primary key) of a key the mirror does
+    not hold deletes nothing, unless the row came from a snapshot without keys: then
+    the job cannot tell which row it deletes, and stops rather than keep the row."""
+    if deletes.num_rows == 0:
+        return
+    blind = pc.invert(pc.is_in(deletes.column("key"), value_set=by_key.column(KEY)))
+    if all(c in deletes.column_names for c in old_cols):
+        for c in old_cols:
+            blind = pc.and_(blind, pc.is_null(deletes.column(c)))
+    unknown = deletes.filter(blind)
+    if unknown.num_rows == 0 or not mirror.has_keyless_rows():
+        return
+    key = unknown.column("key")[0].as_py()
+    ts = f" (commit_ts {unknown.column('commit_ts')[0].as_py()})" if (
+        "commit_ts" in unknown.column_names) else ""  # fmt: skip
+    raise DeltaMVError(
+        f"table {mirror.table}: a DELETE of key {key!r}{ts} has no old_value, and the"
+        " row it deletes came from the snapshot, whose rows have no keys: the job cannot"
+        " tell which row to delete. Give DELETEs of snapshot rows their old_value (at"
+        " least the primary key), or start the job without a snapshot"
+    )
 
 
 UNCHANGED = "_unchanged"  # columns a PostgreSQL update left out (unchanged TOAST values)
