@@ -399,6 +399,31 @@ def test_parquet_segments_fail_like_the_reference(tmp_path: Path) -> None:
     check_same([segment_of(root / "region-1" / "1.parquet")])
 
 
+def test_a_parquet_struct_value_may_type_dates_and_timestamps(tmp_path: Path) -> None:
+    """A Parquet segment's ``value`` struct with a date32 and a timestamp field reads as
+    the same row written as ISO-8601 text."""
+    import datetime as dt
+
+    def segment(value: pa.Array, name: str) -> Any:
+        table = pa.table({"region": [1], "type": ["PREWRITE"], "start_ts": [1],
+                          "table": ["wide"], "key": ["k"], "op": ["PUT"], "value": value})  # fmt: skip
+        path = tmp_path / name / "region-1" / "1.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(table, path)
+        return segment_of(path)
+
+    at = dt.datetime(2020, 1, 2, 3, 4, 5, 600, tzinfo=dt.UTC)
+    typed = pa.array([{"id": 1, "day": dt.date(2020, 1, 2), "at": at}], pa.struct(
+        [("id", pa.int64()), ("day", pa.date32()), ("at", pa.timestamp("us", tz="UTC"))]))  # fmt: skip
+    text = pa.array([{"id": 1, "day": "2020-01-02", "at": at.isoformat()}], pa.struct(
+        [("id", pa.int64()), ("day", pa.string()), ("at", pa.string())]))  # fmt: skip
+    got, _ = check_same([segment(typed, "typed")])
+    want, _ = check_same([segment(text, "text")])
+    assert got is not None and want is not None
+    assert got.values["wide"].to_pylist() == want.values["wide"].to_pylist()
+    assert got.values["wide"].column("day").to_pylist() == [dt.date(2020, 1, 2)]
+
+
 def test_many_segments_with_one_bad_fall_back_alone(tmp_path: Path) -> None:
     lines = [dumps(e) for e in _BASES]
     paths = [write_jsonl(tmp_path / "region-1" / f"{i}.jsonl", lines) for i in range(9)]

@@ -206,13 +206,16 @@ def _bool_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
 
 
 def _text_checker(
-    expected: str, parse: Callable[[str], object]
+    expected: str, parse: Callable[[str], object], native: type | None = None
 ) -> Callable[[Column, Complaint], Callable[[Any], Any]]:
     """The checker maker of a kind written as text that ``parse`` accepts (it raises
-    ValueError otherwise); the value stays the text."""
+    ValueError otherwise); the value stays the text. A ``native`` value (a Parquet
+    segment's typed field: a date, a timestamp) stands for its ISO-8601 text."""
 
     def make(col: Column, bad: Complaint) -> Callable[[Any], Any]:
         def check_text(v: Any) -> Any:
+            if native is not None and type(v) is native:
+                v = v.isoformat()
             if type(v) is str:
                 try:
                     parse(v)
@@ -250,8 +253,8 @@ _CHECKERS: dict[str, Callable[[Column, Complaint], Callable[[Any], Any]]] = {
     "decimal": _decimal_checker,
     "string": _string_checker,
     "boolean": _bool_checker,
-    "date": _text_checker('a date "YYYY-MM-DD"', _parse_date),
-    "timestamp": _text_checker("an ISO-8601 timestamp string", _parse_timestamp_text),
+    "date": _text_checker('a date "YYYY-MM-DD"', _parse_date, dt.date),
+    "timestamp": _text_checker("an ISO-8601 timestamp string", _parse_timestamp_text, dt.datetime),
     "binary": _text_checker("base64 text", _parse_base64),
 }
 
@@ -292,6 +295,9 @@ class _TableValidator:
                 continue
             nv = check(v)
             if out is not None:
+                out[name] = nv
+            elif nv is not v:  # a native date or timestamp, now its text: copy the row
+                out = dict(row)
                 out[name] = nv
         for name in self.required:
             if row.get(name) is None:
