@@ -233,8 +233,13 @@ class Mirror(KeyedTable):
         self.ensure_index([KEY], non_null=True)
         self.table = table
         self.primary_key = tuple(primary_key)
+        self._keyless_left = True  # False once no keyless row is left: none comes back
 
     def has_keyless_rows(self) -> bool:
-        """Whether some row has no key (a snapshot's row no change has touched yet)."""
-        sql = f"SELECT 1 FROM {_q(self.name)} WHERE {_q(KEY)} IS NULL LIMIT 1"
-        return self.db.execute(sql).fetchone() is not None
+        """Whether some row has no key (a snapshot's row no change has touched yet). Only
+        a snapshot's load adds such rows, so once none is left the answer is kept (the
+        question reads the table until it finds one)."""
+        if self._keyless_left:
+            sql = f"SELECT 1 FROM {_q(self.name)} WHERE {_q(KEY)} IS NULL LIMIT 1"
+            self._keyless_left = self.db.execute(sql).fetchone() is not None
+        return self._keyless_left
