@@ -215,7 +215,7 @@ def _text_checker(
     def make(col: Column, bad: Complaint) -> Callable[[Any], Any]:
         def check_text(v: Any) -> Any:
             if native is not None and type(v) is native:
-                v = v.isoformat()
+                v = _iso(v)
             if type(v) is str:
                 try:
                     parse(v)
@@ -227,6 +227,10 @@ def _text_checker(
         return check_text
 
     return make
+
+
+def _iso(value: Any) -> str:
+    return str(value.isoformat())
 
 
 def _parse_date(text: str) -> dt.date:
