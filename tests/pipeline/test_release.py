@@ -68,3 +68,38 @@ def test_distinct_keys_in_order_come_back_as_they_are() -> None:
     # the same rows out of order are sorted by key
     last, _ = last_per_key(rows.take([2, 0, 1]))
     assert last.column("key").to_pylist() == ["a", "b", "c"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 6), st.booleans()),
+                max_size=20))  # fmt: skip
+def test_a_last_delete_without_an_old_key_takes_the_key_of_the_put_before_it(
+    versions: list[tuple[str, int, bool]],
+) -> None:
+    """A key put and then deleted (no old_value) in one batch: its last change, the
+    DELETE, names the old primary key of the PUT before it, so a snapshot row the PUT
+    updated is found, and a row the PUT inserted is looked for by nothing else."""
+
+    def old_id(key: str, s: int, has_old: bool) -> int | None:
+        return None if s % 2 or not has_old else 100 * s
+
+    rows = _rows([(k, s) for k, s, _ in versions])
+    rows = rows.append_column("id", pa.array([10 * s + ord(k[0]) for k, s, _ in versions],
+                                             pa.int64()))  # fmt: skip
+    rows = rows.append_column("__old_id", pa.array([old_id(*v) for v in versions], pa.int64()))
+    last, _ = last_per_key(rows)
+
+    by_key: dict[str, list[dict[str, object]]] = {}
+    for row in sorted(rows.to_pylist(), key=lambda r: (-r["commit_ts"], -r["start_ts"], r["n"])):
+        mine = by_key.setdefault(row["key"], [])
+        if not mine or mine[-1]["start_ts"] != row["start_ts"]:  # copies count once
+            mine.append(row)
+    for row in last.to_pylist():
+        newest = by_key[row["key"]]
+        want = newest[0]["__old_id"]
+        deleted = want is None and newest[0]["op"] == "DELETE"
+        if deleted and len(newest) > 1 and newest[1]["op"] == "PUT":
+            want = newest[1]["id"]
+        assert row["__old_id"] == want, (row, newest)
+        assert (row["op"], row["commit_ts"], row["n"]) == (
+            newest[0]["op"], newest[0]["commit_ts"], newest[0]["n"])  # fmt: skip

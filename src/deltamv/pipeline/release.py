@@ -57,7 +57,45 @@ def last_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
     firsts = order.take(pa.array(np.flatnonzero(new_key))).to_numpy()
     if len(firsts) == n and bool(np.all(firsts == np.arange(n))):
         return rows.drop_columns(["start_ts"]), versions  # distinct keys, in order: no copy
-    return rows.take(firsts).drop_columns(["start_ts"]), versions
+    last = rows.take(firsts).drop_columns(["start_ts"])
+    return _old_keys_from_puts(last, rows, order, new_key, new_version), versions
+
+
+def _old_keys_from_puts(
+    last: pa.Table, rows: pa.Table, order: pa.Array, new_key: np.ndarray, new_version: np.ndarray
+) -> pa.Table:
+    """A key's last change that is a DELETE naming no old primary key (no ``old_value``)
+    takes it from the key's change before it in the batch, when that one is a PUT: the
+    row it deletes. A row put and deleted within one batch, or a snapshot's row updated
+    then deleted, is then found by primary key; the key alone finds no snapshot row.
+    ``order`` sorts ``rows`` by key, last change first; ``new_key`` and ``new_version``
+    mark where a key and a row version start in that order."""
+    olds = [c for c in last.column_names if c.startswith("__old_")]
+    if not olds:
+        return last
+    starts = np.flatnonzero(new_version)
+    second = ~new_key[starts[1:]] & new_key[starts[:-1]]  # a key's second version starts
+    if not second.any():
+        return last
+    at = np.searchsorted(np.flatnonzero(new_key), starts[:-1][second])  # rows of ``last``
+    before = rows.take(order.take(pa.array(starts[1:][second])))
+    mine = last.take(pa.array(at))
+    fill = pc.and_(pc.equal(mine.column("op"), "DELETE"), pc.equal(before.column("op"), "PUT"))
+    for c in olds:
+        fill = pc.and_(fill, pc.is_null(mine.column(c)))
+    if not pc.any(fill).as_py():
+        return last
+    at = at[fill.to_numpy(zero_copy_only=False)]
+    before = before.filter(fill)
+    index = np.full(last.num_rows, -1, dtype=np.int64)
+    index[at] = np.arange(len(at))
+    taken = pa.array(index, mask=index < 0)  # null: keep the row's own (null) old key
+    chosen = pa.array(index >= 0)
+    for c in olds:
+        value = before.column(c[len("__old_") :]).take(taken).cast(last.schema.field(c).type)
+        column = pc.if_else(chosen, value, last.column(c))
+        last = last.set_column(last.schema.get_field_index(c), c, column)
+    return last
 
 
 def _differs(column: pa.ChunkedArray) -> np.ndarray:

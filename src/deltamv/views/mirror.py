@@ -221,10 +221,11 @@ def _check_blind_deletes(
     ts = f" (commit_ts {unknown.column('commit_ts')[0].as_py()})" if (
         "commit_ts" in unknown.column_names) else ""  # fmt: skip
     raise DeltaMVError(
-        f"table {mirror.table}: a DELETE of key {key!r}{ts} has no old_value, and the"
-        " row it deletes came from the snapshot, whose rows have no keys: the job cannot"
-        " tell which row to delete. Give DELETEs of snapshot rows their old_value (at"
-        " least the primary key), or start the job without a snapshot"
+        f"table {mirror.table}: a DELETE of key {key!r}{ts} names no old primary key"
+        " (old_value), and no row holds that key: the row may have come from the"
+        " snapshot, whose rows have no keys, so the job cannot tell which row to delete."
+        " Give DELETEs of snapshot rows their old_value (at least the primary key), or"
+        " start the job without a snapshot"
     )
 
 
