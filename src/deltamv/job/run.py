@@ -153,6 +153,9 @@ class ViewJob:
             name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
             for name, t in config.tables.items()
         }
+        if config.snapshot is None:  # only a change-log snapshot's rows come without keys
+            for mirror in mirrors.values():
+                mirror.all_keyed()
         views = ViewSet(self.spark, config, store, compute, mirrors)
         views.log_modes()
         self.modes = {n: v.describe for n, v in views.views.items()}

@@ -8,8 +8,9 @@ that round-trips exactly and compares the way the key lookups need:
 - strings: TEXT; binary: BLOB;
 - decimals: TEXT in the column's fixed scale (``"12.50"``), so equal values are equal texts;
 - floats: the IEEE bits as INTEGER. SQLite turns a NaN into NULL, which would lose data;
-  bits keep every value, -0.0 and NaN included. Floats are therefore looked up by their
-  bits: callers that need SQL equality normalise them first (see ``normalise_floats``).
+  bits keep every value, -0.0 and NaN included. A keyed lookup matches by SQL equality
+  all the same (``KeyedTable.lookup`` probes both zeros and both standard NaNs); tables
+  that group by a float (aggregate states) store it normalised (``normalise_floats``).
 
 Tables that travel whole (pending rows, buffered rows, outbox entries) are stored as
 Arrow IPC blobs (LZ4), typed and without per-row work.

@@ -118,7 +118,9 @@ class KeyedTable:
     ) -> pa.Table:
         """The rows whose ``columns`` equal one of the rows of ``keys`` (same column names),
         with their ``__rowid``. A NULL in a key column matches nothing unless that column
-        is ``null_safe`` (``<=>``; one flag for all columns, or one per column).
+        is ``null_safe`` (``<=>``; one flag for all columns, or one per column). Floats
+        match as SQL compares them: -0.0 = 0.0, and NaN = NaN for the two standard NaNs
+        (a NaN with another payload matches only its own bits).
         Uses the index on ``columns`` (create it with :meth:`ensure_index`)."""
         out_schema = pa.schema([(ROWID, pa.int64()), *self.schema])
         columns = list(columns)
@@ -234,6 +236,10 @@ class Mirror(KeyedTable):
         self.table = table
         self.primary_key = tuple(primary_key)
         self._keyless_left = True  # False once no keyless row is left: none comes back
+
+    def all_keyed(self) -> None:
+        """Every row has a key, now and later (no snapshot without keys is loaded)."""
+        self._keyless_left = False
 
     def has_keyless_rows(self) -> bool:
         """Whether some row has no key (a snapshot's row no change has touched yet). Only
