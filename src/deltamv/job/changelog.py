@@ -140,16 +140,14 @@ class ChangelogUpstream:
         return spark.readStream.format(SOURCE_NAME).options(**self._options()).load()
 
     def prefetch(self, store: StateStore, *, once: bool) -> None:
-        """Start parsing the first group of segments the run's first batch will most
-        likely read (see the module doc), on a thread of its own."""
-        try:
-            segments = self._first_batch_ahead(store.progress().batch, once=once)
-        except Exception as e:  # the batch reads again, and reports it
-            log.debug("no parse ahead of the first batch: %s", e)
-            return
-        group = next(_grouped(segments), ())
-        if group:
-            self._ahead = _Ahead(tuple(group), self._parse)
+        """Start finding and parsing the first group of segments the run's first batch
+        will most likely read (see the module doc), on a thread of its own."""
+        done = store.progress().batch
+
+        def first_group() -> tuple[Segment, ...]:
+            return tuple(next(_grouped(self._first_batch_ahead(done, once=once)), ()))
+
+        self._ahead = _Ahead(first_group, self._parse)
 
     def _first_batch_ahead(self, done: int, *, once: bool) -> tuple[Segment, ...]:
         """The segments of the first batch this run will ingest (after batch ``done``):
@@ -200,8 +198,11 @@ class ChangelogUpstream:
         if ahead is not None:
             parsed = ahead.take(segments)
             if parsed is not None:
+                skip = len(ahead.group)
+                del ahead
                 yield parsed
-                segments = segments[len(ahead.group) :]
+                del parsed  # (not held while the later groups are parsed)
+                segments = segments[skip:]
         for group in _grouped(segments):
             yield self._parse(group)
 
@@ -231,35 +232,46 @@ def _grouped(segments: Sequence[Segment]) -> Iterator[list[Segment]]:
 
 
 class _Ahead:
-    """A group of segments parsed on a thread of its own, for the batch that reads it.
+    """The first group of a batch's segments, found and parsed on a thread of its own,
+    for the batch that reads them.
 
-    A parse that fails is dropped: the batch parses the segments again and reports
-    the error as it would have.
+    A guess or a parse that fails is dropped: the batch parses the segments itself and
+    reports any error as it would have.
     """
 
-    def __init__(self, group: tuple[Segment, ...], parse: Callable[[Sequence[Segment]], Parsed]):
-        self.group = group
+    def __init__(
+        self,
+        plan: Callable[[], tuple[Segment, ...]],
+        parse: Callable[[Sequence[Segment]], Parsed],
+    ) -> None:
+        self.group: tuple[Segment, ...] = ()
         self._parsed: Parsed | None = None
         self._thread = threading.Thread(
-            target=self._run, args=(parse,), name="deltamv-parse-ahead", daemon=True
+            target=self._run, args=(plan, parse), name="deltamv-parse-ahead", daemon=True
         )
         self._thread.start()
 
-    def _run(self, parse: Callable[[Sequence[Segment]], Parsed]) -> None:
+    def _run(
+        self, plan: Callable[[], tuple[Segment, ...]], parse: Callable[[Sequence[Segment]], Parsed]
+    ) -> None:
         try:
-            self._parsed = parse(self.group)
+            group = plan()
+            if group:
+                self._parsed = parse(group)
+                self.group = group
         except Exception as e:  # see the class doc
-            log.debug("parse ahead of the first batch failed: %s", e)
+            log.debug("no parse ahead of the first batch: %s", e)
 
     def join(self) -> None:
+        """Wait for the thread (a parse is not cut short) and drop what it parsed."""
         self._thread.join()
         self._parsed = None
 
     def take(self, segments: Sequence[Segment]) -> Parsed | None:
-        """The parse, if ``segments`` begin with the group (else None, and dropped)."""
+        """The parse, if ``segments`` begin with its group (else None, and dropped)."""
         self._thread.join()
         parsed, self._parsed = self._parsed, None
-        if tuple(segments[: len(self.group)]) != self.group:
+        if parsed is None or tuple(segments[: len(self.group)]) != self.group:
             return None
         return parsed
 

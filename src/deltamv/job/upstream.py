@@ -71,7 +71,8 @@ class Upstream(Protocol):
         ...
 
     def close(self) -> None:
-        """The run is over, whether it failed or not: stop what :meth:`prefetch` started."""
+        """The run is over, whether it failed or not: wait for what :meth:`prefetch`
+        started and let go of it."""
         ...
 
 
