@@ -417,10 +417,14 @@ def test_a_parquet_struct_value_may_type_dates_and_timestamps(tmp_path: Path) ->
         [("id", pa.int64()), ("day", pa.date32()), ("at", pa.timestamp("us", tz="UTC"))]))  # fmt: skip
     text = pa.array([{"id": 1, "day": "2020-01-02", "at": at.isoformat()}], pa.struct(
         [("id", pa.int64()), ("day", pa.string()), ("at", pa.string())]))  # fmt: skip
+    nanos = typed.cast(pa.struct(
+        [("id", pa.int64()), ("day", pa.date32()), ("at", pa.timestamp("ns", tz="UTC"))]))  # fmt: skip
     got, _ = check_same([segment(typed, "typed")])
+    got_ns, _ = check_same([segment(nanos, "nanos")])
     want, _ = check_same([segment(text, "text")])
-    assert got is not None and want is not None
+    assert got is not None and got_ns is not None and want is not None
     assert got.values["wide"].to_pylist() == want.values["wide"].to_pylist()
+    assert got_ns.values["wide"].to_pylist() == want.values["wide"].to_pylist()
     assert got.values["wide"].column("day").to_pylist() == [dt.date(2020, 1, 2)]
 
 

@@ -115,6 +115,15 @@ def test_a_timestamp_at_the_end_of_year_9999_has_no_upper_bound(tmp_path) -> Non
     assert stats["maxValues"] == {}
 
 
+def test_a_timestamp_before_year_1000_has_a_four_digit_year(tmp_path) -> None:
+    schema = pa.schema([("at", pa.timestamp("us", tz="UTC"))])
+    early = dt.datetime(999, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    (f,) = write_arrow(pa.table({"at": [early]}, schema=schema), str(tmp_path / "t"),
+                       schema=schema, prefix="a")  # fmt: skip
+    stats = json.loads(f.stats)
+    assert stats["minValues"] == stats["maxValues"] == {"at": "0999-01-02T03:04:05.000Z"}
+
+
 def test_write_arrow_checks_columns_and_nullability(tmp_path) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False)])
     with pytest.raises(DeltaMVError, match="no column 'id'"):

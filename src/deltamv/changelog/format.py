@@ -214,7 +214,9 @@ def _text_checker(
 
     def make(col: Column, bad: Complaint) -> Callable[[Any], Any]:
         def check_text(v: Any) -> Any:
-            if native is not None and type(v) is native:
+            if native is not None and (
+                isinstance(v, native) if native is dt.datetime else type(v) is native
+            ):  # (a date must not be a datetime; pandas' Timestamp, ns, is one)
                 v = _iso(v)
             if type(v) is str:
                 try:

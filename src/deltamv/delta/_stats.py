@@ -114,7 +114,10 @@ def _timestamp(value: int, unit: str, *, upper: bool) -> str | None:
         when = _EPOCH + dt.timedelta(milliseconds=_millis(value, unit, upper=upper))
     except OverflowError:  # past 9999-12-31 23:59:59.999 once rounded up: no bound
         return None
-    return f'"{when.strftime("%Y-%m-%dT%H:%M:%S")}.{when.microsecond // 1000:03d}Z"'
+    return (  # (strftime's %Y leaves a year below 1000 unpadded)
+        f'"{when.year:04d}-{when.month:02d}-{when.day:02d}T{when.hour:02d}:{when.minute:02d}'
+        f':{when.second:02d}.{when.microsecond // 1000:03d}Z"'
+    )
 
 
 def _millis(value: int, unit: str, *, upper: bool) -> int:
