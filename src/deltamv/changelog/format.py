@@ -206,18 +206,16 @@ def _bool_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
 
 
 def _text_checker(
-    expected: str, parse: Callable[[str], object], native: type | None = None
+    expected: str, parse: Callable[[str], object], native: Callable[[Any], bool] | None = None
 ) -> Callable[[Column, Complaint], Callable[[Any], Any]]:
     """The checker maker of a kind written as text that ``parse`` accepts (it raises
-    ValueError otherwise); the value stays the text. A ``native`` value (a Parquet
-    segment's typed field: a date, a timestamp) stands for its ISO-8601 text."""
+    ValueError otherwise); the value stays the text. A value ``native`` accepts (a
+    Parquet segment's typed field: a date, a timestamp) stands for its ISO-8601 text."""
 
     def make(col: Column, bad: Complaint) -> Callable[[Any], Any]:
         def check_text(v: Any) -> Any:
-            if native is not None and (
-                isinstance(v, native) if native is dt.datetime else type(v) is native
-            ):  # (a date must not be a datetime; pandas' Timestamp, ns, is one)
-                v = _iso(v)
+            if native is not None and native(v):
+                v = v.isoformat()
             if type(v) is str:
                 try:
                     parse(v)
@@ -231,8 +229,12 @@ def _text_checker(
     return make
 
 
-def _iso(value: Any) -> str:
-    return str(value.isoformat())
+def _is_date(value: Any) -> bool:
+    return type(value) is dt.date  # (a datetime is a date too)
+
+
+def _is_timestamp(value: Any) -> bool:
+    return isinstance(value, dt.datetime)  # (pandas' Timestamp, for nanoseconds, is one)
 
 
 def _parse_date(text: str) -> dt.date:
@@ -259,8 +261,10 @@ _CHECKERS: dict[str, Callable[[Column, Complaint], Callable[[Any], Any]]] = {
     "decimal": _decimal_checker,
     "string": _string_checker,
     "boolean": _bool_checker,
-    "date": _text_checker('a date "YYYY-MM-DD"', _parse_date, dt.date),
-    "timestamp": _text_checker("an ISO-8601 timestamp string", _parse_timestamp_text, dt.datetime),
+    "date": _text_checker('a date "YYYY-MM-DD"', _parse_date, _is_date),
+    "timestamp": _text_checker(
+        "an ISO-8601 timestamp string", _parse_timestamp_text, _is_timestamp
+    ),
     "binary": _text_checker("base64 text", _parse_base64),
 }
 

@@ -1135,7 +1135,7 @@ class AggregateOp(Op):
                                      new=new, null_safe=[True] * len(refs))  # fmt: skip
             return self._eval_groups(b, rows)
         assert self.state is not None
-        wanted = normalise_floats(keys.rename_columns(names), names)
+        wanted = keys.rename_columns(names)  # (the lookup and DuckDB match floats as SQL does)
         if b.initial and not new:
             return empty(self.output)
         stored = self.state.lookup(names, wanted, null_safe=list(null_safe))
