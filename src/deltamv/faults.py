@@ -26,6 +26,8 @@ POINTS: tuple[str, ...] = (
     "before-maintenance",  # a batch is done; checkpoints and vacuum have not run
 )
 START_POINTS: tuple[str, ...] = (
+    "after-slot",  # a PostgreSQL job's start: the slot was just created, the checkpoint
+    #                records that it was about to create it, not yet the slot's position
     "during-copy",  # a PostgreSQL job's start: one batch of the snapshot's copy is in the
     #                 mirror (uncommitted), the rest not copied; the slot exists
 )

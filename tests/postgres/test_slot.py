@@ -1,20 +1,24 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import psycopg
 import pytest
 
 from deltamv.errors import ConfigError, StateError
 from deltamv.postgres import (
+    SlotOrigin,
     advance_slot,
     check_slot,
     create_slot,
+    created_as,
     current_wal_lsn,
     drop_publication,
     drop_slot,
     ensure_publication,
     read_catalog,
+    slot_origin,
     slot_status,
 )
 
@@ -81,6 +85,38 @@ def test_slot_status_advance_and_drop(pg: psycopg.Connection, pg_dsn: str) -> No
     assert slot_status(pg, SLOT) is None
     with pytest.raises(StateError, match=f"replication slot {SLOT} does not exist"):
         check_slot(pg, SLOT)
+
+
+def test_a_slot_is_known_by_its_origin_not_its_name(pg: psycopg.Connection, pg_dsn: str) -> None:
+    """The origin kept before creating a slot, and with its consistent point after, names
+    that slot only: not one made before it, nor one made again under its name, nor it
+    once something advanced it."""
+    pg.execute(ACCOUNTS)
+    before = slot_origin(pg, SLOT)
+    assert before.database == pg.info.dbname and before.system_identifier.isdigit()
+    assert SlotOrigin.from_json(before.to_json()) == before
+    with create_slot(pg_dsn, SLOT) as exported:
+        pass
+    kept = replace(before, consistent_lsn=exported.consistent_lsn)
+    assert SlotOrigin.from_json(kept.to_json()) == kept
+    status = check_slot(pg, SLOT)
+    assert created_as(pg, status, before)  # the creator died before keeping the position
+    assert created_as(pg, status, kept)
+    assert not created_as(pg, status, replace(kept, system_identifier="1"))  # another server
+    assert not created_as(pg, status, replace(kept, database="other"))
+    pg.execute("INSERT INTO accounts VALUES (1, 'x', 1)")
+    advance_slot(pg, SLOT, current_wal_lsn(pg))
+    assert not created_as(pg, check_slot(pg, SLOT), kept)  # somebody consumed it
+    drop_slot(pg, SLOT)
+    pg.execute("INSERT INTO accounts VALUES (2, 'x', 1)")
+    with create_slot(pg_dsn, SLOT):  # the same name, made by somebody else
+        pass
+    again = check_slot(pg, SLOT)
+    assert not created_as(pg, again, kept)
+    drop_slot(pg, SLOT)
+    pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [SLOT])
+    later = slot_origin(pg, SLOT)  # kept after that slot was made
+    assert not created_as(pg, check_slot(pg, SLOT), later)
 
 
 @pytest.fixture

@@ -4,7 +4,9 @@
   an exported snapshot, copies every table inside that snapshot into the mirrors and
   publishes each output's first version at the snapshot's time. A run killed during the
   copy committed nothing and has a slot whose snapshot is gone: the next run drops the
-  slot and starts over.
+  slot and starts over. It drops only a slot the checkpoint records it created
+  (``postgres-slot.json``, kept before the slot is created); a first run finding any
+  other slot under the job's slot name refuses and changes nothing.
 - **Batches.** Spark's ``deltamv-postgres`` source plans them: a batch is the WAL range
   from the position the job's state recorded up to the batch's end offset, i.e. whole
   transactions in commit order. They are read (without consuming them) inside the
@@ -20,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -38,17 +41,20 @@ from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.postgres import (
     PgTable,
+    SlotOrigin,
     TruncatedMeanwhile,
     advance_slot,
     connect,
     copy_tables,
     create_slot,
+    created_as,
     drop_publication,
     drop_slot,
     ensure_publication,
     format_lsn,
     read_catalog,
     read_changes,
+    slot_origin,
     slot_status,
 )
 from deltamv.postgres.changes import column_diff
@@ -56,7 +62,15 @@ from deltamv.postgres.source import SOURCE_NAME
 from deltamv.postgres.timestamps import commit_tso
 from deltamv.state.store import StateStore
 
-__all__ = ["PG_LSN_KEY", "PostgresUpstream", "Retired", "publication_name", "retire", "slot_name"]
+__all__ = [
+    "ORIGIN_FILE",
+    "PG_LSN_KEY",
+    "PostgresUpstream",
+    "Retired",
+    "publication_name",
+    "retire",
+    "slot_name",
+]
 
 log = logging.getLogger("deltamv.job")
 _T = TypeVar("_T")
@@ -68,6 +82,7 @@ _COMMIT_LSN = "last_commit_lsn"
 _COMMIT_TIME = "last_commit_time_us"
 _COLUMNS = "columns."  # + table name: its PostgreSQL columns at the snapshot
 _SNAPSHOT_TRIES = 5  # snapshots taken again when a table was truncated meanwhile
+ORIGIN_FILE = "postgres-slot.json"  # in the checkpoint: the slot this checkpoint created
 
 
 def _columns(table: PgTable) -> tuple[tuple[str, int, int], ...]:
@@ -95,6 +110,7 @@ class PostgresUpstream:
         self.slot = slot_name(config)
         self.publication = publication_name(config)
         self.offset_log = spark_checkpoint / "offsets"
+        self.checkpoint = Path(config.checkpoint)
         self._conn: Any = None
         declared = {
             name: (t.schema if t.schema.columns else None, t.primary_key or None)
@@ -136,6 +152,8 @@ class PostgresUpstream:
                     " held was removed): start the job with a new checkpoint and new output paths"
                 )
             self._check_columns(store)
+        else:
+            self._slot_is_ours()  # refuse another's slot before anything is created
 
     def _check_columns(self, store: StateStore) -> None:
         """Refuse a table whose columns changed since the snapshot (the catalog is read
@@ -156,10 +174,58 @@ class PostgresUpstream:
     def snapshot(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         """Create the slot with an exported snapshot and copy every table in it."""
         conn = self._connection()
-        ensure_publication(conn, self.publication, list(self.pg_tables.values()))
-        if drop_slot(conn, self.slot):
+        if self._slot_is_ours() and drop_slot(conn, self.slot):
             log.info("dropped replication slot %s left by a start that did not finish", self.slot)
+        ensure_publication(conn, self.publication, list(self.pg_tables.values()))
         return self._copy(store)
+
+    def _slot_is_ours(self) -> bool:
+        """Whether the job's slot exists, created by this checkpoint's start (which did
+        not finish: a first start calls this); False if there is none. A slot someone
+        else made (another consumer, another checkpoint of a job with this name) holds
+        their position: a one-line StateError, and it is left alone."""
+        conn = self._connection()
+        status = slot_status(conn, self.slot)
+        if status is None:
+            return False
+        origin = self._origin()
+        if origin is not None and created_as(conn, status, origin):
+            return True
+        raise StateError(
+            f"replication slot {self.slot} exists but job {self.config.name!r} did not create"
+            f" it from its checkpoint {self.checkpoint} (another consumer's slot, or another"
+            " checkpoint's of a job with this name?): a first start needs a slot of its own;"
+            f" drop it if nothing uses it (SELECT pg_drop_replication_slot('{self.slot}')) or"
+            ' name another one (slot = "..." under [source]); the slot is left as it is'
+        )
+
+    def _origin(self) -> SlotOrigin | None:
+        try:
+            return SlotOrigin.from_json(json.loads((self.checkpoint / ORIGIN_FILE).read_text()))
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError):
+            return None  # not one this version wrote: no slot counts as created
+
+    def _keep_origin(self, origin: SlotOrigin | None) -> None:
+        """Write (or, None, remove) the checkpoint's slot origin durably: a temporary file,
+        fsynced, renamed over the old one, and the rename fsynced with the folder."""
+        path = self.checkpoint / ORIGIN_FILE
+        if origin is None:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+        else:
+            tmp = path.with_name(f".{ORIGIN_FILE}.tmp")
+            with open(tmp, "w") as f:
+                json.dump(origin.to_json(), f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        folder = os.open(self.checkpoint, os.O_RDONLY)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
 
     def _copy(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         for attempt in range(1, _SNAPSHOT_TRIES + 1):
@@ -178,10 +244,21 @@ class PostgresUpstream:
 
     def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         started_us = time.time_ns() // 1000
-        with (
-            create_slot(self.dsn, self.slot) as exported,
-            connect(self.dsn) as copy,  # autocommit: the copy opens its own transaction
-        ):
+        # Kept before the slot exists: a start killed right after creating it must still
+        # find it its own (and drop it) at the next start.
+        origin = slot_origin(self._connection(), self.slot)
+        self._keep_origin(origin)
+        with contextlib.ExitStack() as stack:
+            try:
+                exported = stack.enter_context(create_slot(self.dsn, self.slot))
+            except Exception:
+                # Not created by this start (or not known to be: its next start refuses it).
+                self._keep_origin(None)
+                raise
+            faults.point("after-slot")
+            self._keep_origin(replace(origin, consistent_lsn=exported.consistent_lsn))
+            # autocommit: the copy opens its own transaction
+            copy = stack.enter_context(connect(self.dsn))
             for name, batch in copy_tables(copy, exported.snapshot_name,
                                            list(self.pg_tables.values())):  # fmt: skip
                 yield name, pa.Table.from_batches([batch])

@@ -35,14 +35,17 @@ from deltamv.postgres.keys import row_keys
 from deltamv.postgres.lsn import format_lsn, parse_lsn
 from deltamv.postgres.slot import (
     ExportedSnapshot,
+    SlotOrigin,
     SlotStatus,
     advance_slot,
     check_slot,
     create_slot,
+    created_as,
     current_wal_lsn,
     drop_publication,
     drop_slot,
     ensure_publication,
+    slot_origin,
     slot_status,
 )
 from deltamv.postgres.snapshot import (
@@ -59,6 +62,7 @@ __all__ = [
     "ExportedSnapshot",
     "PgColumn",
     "PgTable",
+    "SlotOrigin",
     "SlotStatus",
     "TableChanges",
     "TransactionInfo",
@@ -73,6 +77,7 @@ __all__ = [
     "copy_table",
     "copy_tables",
     "create_slot",
+    "created_as",
     "current_wal_lsn",
     "describe_dsn",
     "drop_publication",
@@ -83,6 +88,7 @@ __all__ = [
     "read_catalog",
     "read_changes",
     "row_keys",
+    "slot_origin",
     "slot_status",
     "snapshot_schema",
     "snapshot_transaction",

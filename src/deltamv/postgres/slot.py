@@ -26,15 +26,18 @@ from deltamv.postgres.lsn import format_lsn, parse_lsn
 
 __all__ = [
     "ExportedSnapshot",
+    "SlotOrigin",
     "SlotStatus",
     "advance_slot",
     "check_slot",
     "create_slot",
+    "created_as",
     "current_wal_lsn",
     "drop_publication",
     "drop_slot",
     "ensure_publication",
     "slot_error",
+    "slot_origin",
     "slot_status",
 ]
 
@@ -226,6 +229,86 @@ def create_slot(dsn: str, slot: str, *, timeout_s: float = 60.0) -> Iterator[Exp
         yield ExportedSnapshot(slot, str(snapshot_name), parse_lsn(str(consistent)))
     finally:
         conn.close()
+
+
+@dataclass(frozen=True)
+class SlotOrigin:
+    """Which slot instance a job created: kept by the job (durably) *before* it creates
+    the slot, with ``consistent_lsn`` None, and again right after, with the consistent
+    point CREATE_REPLICATION_SLOT returned. A slot's name says nothing about who made
+    it; this lets a job's next start tell its own slot, left by a start that did not
+    finish, from one somebody else made under the same name (:func:`created_as`).
+
+    ``wal_before`` is the WAL flushed just before the slot was created.
+    """
+
+    slot: str
+    system_identifier: str
+    database: str
+    wal_before: int
+    consistent_lsn: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "slot": self.slot,
+            "system_identifier": self.system_identifier,
+            "database": self.database,
+            "wal_before": format_lsn(self.wal_before),
+            "consistent_lsn": None
+            if self.consistent_lsn is None
+            else format_lsn(self.consistent_lsn),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SlotOrigin:
+        consistent = data.get("consistent_lsn")
+        return cls(
+            slot=str(data["slot"]),
+            system_identifier=str(data["system_identifier"]),
+            database=str(data["database"]),
+            wal_before=parse_lsn(str(data["wal_before"])),
+            consistent_lsn=None if consistent is None else parse_lsn(str(consistent)),
+        )
+
+
+def _system_identifier(conn: psycopg.Connection[Any]) -> str:
+    row = conn.execute("SELECT system_identifier::text FROM pg_control_system()").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def slot_origin(conn: psycopg.Connection[Any], slot: str) -> SlotOrigin:
+    """The origin to keep before creating ``slot`` over ``conn``'s database: the
+    server's system identifier, the database and the WAL flushed now. Read-only."""
+    return SlotOrigin(slot, _system_identifier(conn), conn.info.dbname, current_wal_lsn(conn))
+
+
+def created_as(conn: psycopg.Connection[Any], status: SlotStatus, origin: SlotOrigin) -> bool:
+    """Whether the existing slot ``status`` is the one ``origin`` records, never moved
+    since: the same name, server (system identifier), database and plugin, and
+
+    - with ``consistent_lsn``: confirmed exactly there. A new logical slot is confirmed
+      at its consistent point, which lies past the WAL of every slot created before
+      it; so a slot made after this one was dropped is confirmed elsewhere, and so is
+      this one once something consumed or advanced it.
+    - without (the creator died before it kept the consistent point): restart and
+      confirmed positions at or past ``wal_before``, as of any slot created after it.
+      A slot that existed before is refused before an origin is ever kept, so only one
+      made under this name in the moment between the two is taken for this one.
+    """
+    if (status.name, status.database, status.plugin) != (origin.slot, origin.database,
+                                                         "pgoutput"):  # fmt: skip
+        return False
+    if _system_identifier(conn) != origin.system_identifier:
+        return False
+    confirmed = status.confirmed_flush_lsn
+    if origin.consistent_lsn is not None:
+        return confirmed == origin.consistent_lsn
+    return (
+        confirmed is not None
+        and confirmed >= origin.wal_before
+        and (status.restart_lsn is None or status.restart_lsn >= origin.wal_before)
+    )
 
 
 def drop_slot(conn: psycopg.Connection[Any], slot: str, *, wait_s: float = 10.0) -> bool:
