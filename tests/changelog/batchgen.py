@@ -30,6 +30,7 @@ from deltamv.changelog.format import (
     RowValueError,
     _column_checker,
     _parse_line_slow,
+    parquet_cell,
     read_segment,
     rows_to_arrow,
     values_to_arrow,
@@ -416,7 +417,7 @@ def _raw_old_values(segment: Segment, decimals: bool) -> dict[int, Any]:
                 rec = _parse_line_slow(line, scan)
                 out[i] = rec.get("old_value") if type(rec) is dict else None
     else:
-        column = pq.read_table(segment.path).column("old_value").to_pylist()
+        column = [parquet_cell(v) for v in pq.read_table(segment.path).column("old_value")]
         for i, v in enumerate(column, 1):
             out[i] = _parse_line_slow(v, scan) if isinstance(v, str) else v
     return out

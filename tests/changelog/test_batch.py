@@ -428,6 +428,98 @@ def test_a_parquet_struct_value_may_type_dates_and_timestamps(tmp_path: Path) ->
     assert got.values["wide"].column("day").to_pylist() == [dt.date(2020, 1, 2)]
 
 
+def _typed(raw: int, arrow_type: pa.DataType) -> pa.Array:
+    """A null, then one value of ``arrow_type`` given as its raw integer (pyarrow builds
+    no out-of-range datetime from Python)."""
+    width = pa.int32() if arrow_type == pa.date32() else pa.int64()
+    return pa.array([None, raw], width).view(arrow_type)
+
+
+_UNREADABLE = [
+    # (column, a null then the typed value, what the error says about it)
+    ("at", _typed(253402300800000000, pa.timestamp("us", tz="UTC")),
+     "Parquet timestamp[us, tz=UTC] value 253402300800000000 (us since 1970-01-01) is "
+     "outside years 0001-9999"),
+    ("at", _typed(-62135596800000001, pa.timestamp("us")),
+     "Parquet timestamp[us] value -62135596800000001 (us since 1970-01-01) is outside years"),
+    ("at", _typed(253402300800, pa.timestamp("s")), "outside years 0001-9999"),
+    ("day", _typed(2932897, pa.date32()),
+     "Parquet date32[day] value 2932897 (days since 1970-01-01) is outside years 0001-9999"),
+    ("at", _typed(0, pa.timestamp("us", tz="Nowhere/Bogus")),
+     "Parquet timestamp[us, tz=Nowhere/Bogus] value Python cannot read"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("column", "typed", "says"), _UNREADABLE)
+def test_a_parquet_value_python_cannot_hold_is_a_bad_record_at_its_row(
+    tmp_path: Path, column: str, typed: pa.Array, says: str
+) -> None:
+    """A typed struct field past year 9999, before year 1 or in an unknown time zone is
+    the usual bad record at its row (pyarrow cannot turn it into Python: an
+    OverflowError, not a file:line). In a field its event does not read, or in an
+    ``old_value``, it is accepted, as any other value there is."""
+    from deltamv.errors import BadRecordError
+
+    def segment(name: str, rows: list[dict[str, Any]], **structs: pa.Array) -> Any:
+        fields = {"type": pa.string(), "start_ts": pa.int64(), "ts": pa.int64(),
+                  "table": pa.string(), "key": pa.string(), "op": pa.string()}  # fmt: skip
+        table = pa.table({"region": [1] * len(rows),
+                          **{f: pa.array([r.get(f) for r in rows], t) for f, t in fields.items()},
+                          **structs})  # fmt: skip
+        path = tmp_path / name / "region-1" / "1.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(table, path)
+        return segment_of(path)
+
+    value = pa.StructArray.from_arrays([pa.array([1, 2]), typed], names=["id", column])
+    put = {"type": "PREWRITE", "start_ts": 1, "table": "wide", "op": "PUT"}
+    bad = segment("bad", [{**put, "key": "k"}, {**put, "key": "j"}], value=value)
+    with pytest.raises(BadRecordError) as raised:
+        parse_segments([bad], TABLES, PRIMARY_KEYS)
+    error = raised.value
+    assert (error.file, error.line) == (bad.path, 2), error
+    assert f'key "j": value column {column!r}' in error.reason and says in error.reason, error
+    assert len(str(error).splitlines()) == 1
+    check_same([bad])  # the reference path says the same
+
+    # Where the event does not read the value (a DELETE, a RESOLVED), it is not checked.
+    delete = {**put, "key": "j", "op": "DELETE"}
+    resolved = {"type": "RESOLVED", "ts": 1}
+    for i, second in enumerate((delete, resolved)):
+        accepted = segment(f"ignored-{i}", [{**put, "key": "k"}, second], value=value)
+        got, _ = check_same([accepted])
+        assert got is not None and got.events.num_rows == 2
+
+    # Nor is an old_value; a primary-key column of it that does not fit is left out of
+    # ``__old_`` (None), as one of another type is.
+    other = "day" if column == "at" else "at"
+    old = pa.StructArray.from_arrays([typed, pa.nulls(2, pa.string())], names=[column, other])
+    delete = {"type": "PREWRITE", "start_ts": 1, "table": "keyed", "op": "DELETE"}
+    keyed = segment("old", [{**delete, "key": "k"}, {**delete, "key": "j"}], old_value=old)
+    got, _ = check_same([keyed])
+    assert got is not None
+    assert got.values["keyed"].column(f"__old_{column}").to_pylist() == [None, None]
+
+
+def test_a_parquet_struct_with_two_fields_of_one_name_is_a_column_of_the_wrong_type(
+    tmp_path: Path,
+) -> None:
+    from deltamv.errors import BadRecordError
+
+    value = pa.StructArray.from_arrays(
+        [pa.array([1]), pa.array(["x"]), pa.array(["y"])], names=["id", "s", "s"]
+    )
+    table = pa.table({"region": [1], "type": ["PREWRITE"], "start_ts": [1], "table": ["wide"],
+                      "key": ["k"], "op": ["PUT"], "value": value})  # fmt: skip
+    path = tmp_path / "region-1" / "1.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(table, path)
+    with pytest.raises(BadRecordError) as raised:
+        parse_segments([segment_of(path)], TABLES, PRIMARY_KEYS)
+    assert raised.value.line is None and "Parquet column 'value' has type" in str(raised.value)
+    check_same([segment_of(path)])
+
+
 def test_many_segments_with_one_bad_fall_back_alone(tmp_path: Path) -> None:
     lines = [dumps(e) for e in _BASES]
     paths = [write_jsonl(tmp_path / "region-1" / f"{i}.jsonl", lines) for i in range(9)]

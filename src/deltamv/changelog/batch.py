@@ -36,6 +36,7 @@ from deltamv.changelog.format import (
     RowValueError,
     _column_checker,
     _parse_line_slow,
+    parquet_cell,
     read_segment,
     read_segment_data,
     rows_to_arrow,
@@ -217,7 +218,7 @@ class _RawOld:
             record = _parse_line_slow(self.lines[row], self.scan)
             old = record.get("old_value") if type(record) is dict else None
         else:
-            old = self.column[row].as_py()
+            old = parquet_cell(self.column[row])
             if isinstance(old, str):
                 old = _parse_line_slow(old, self.scan)
         return old.get(name) if type(old) is dict else None

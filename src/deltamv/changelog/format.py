@@ -125,6 +125,8 @@ def _complaint(col: Column) -> Complaint:
     """The error for a value of ``col`` that is not what it should be."""
 
     def bad(value: Any, expected: str) -> RowValueError:
+        if isinstance(value, _Unreadable):  # no column takes one: say what it is
+            return RowValueError(f"column {col.name!r} ({col.ddl_type}): Parquet {value}")
         return RowValueError(
             f"column {col.name!r} ({col.ddl_type}): {_short(value)} is not {expected}"
         )
@@ -646,12 +648,8 @@ _PARQUET_KINDS: dict[str, Callable[[pa.DataType], bool]] = {
     "table": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
     "key": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
     "op": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
-    "value": lambda t: (
-        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_struct(t)
-    ),
-    "old_value": lambda t: (
-        pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_struct(t)
-    ),
+    "value": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or _is_row(t),
+    "old_value": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t) or _is_row(t),
     "start_key": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
     "end_key": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
     "parents": lambda t: (
@@ -660,6 +658,11 @@ _PARQUET_KINDS: dict[str, Callable[[pa.DataType], bool]] = {
     "primary": lambda t: pa.types.is_string(t) or pa.types.is_large_string(t),
     "large": pa.types.is_boolean,
 }
+
+
+def _is_row(t: pa.DataType) -> bool:
+    """A struct whose fields can be a row's columns: no two of them share a name."""
+    return pa.types.is_struct(t) and len({f.name for f in t}) == t.num_fields
 
 
 def _read_parquet(
@@ -694,7 +697,7 @@ def _read_parquet(
     ]
     try:
         for batch in table.to_batches():
-            for rec in batch.to_pylist():
+            for rec in _parquet_records(batch):
                 row_no += 1
                 for n in json_cols:
                     text = rec[n]
@@ -707,6 +710,72 @@ def _read_parquet(
     except _Bad as e:
         raise BadRecordError(path, row_no, str(e)) from None
     return cols.to_table(segment)
+
+
+def _parquet_records(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:
+    """The rows of ``batch`` as ``to_pylist`` gives them, except that a cell Python
+    cannot hold becomes an :class:`_Unreadable` instead of failing the whole batch."""
+    try:
+        yield from batch.to_pylist()
+        return
+    except _AS_PY_ERRORS:
+        pass
+    names = batch.schema.names
+    for i in range(batch.num_rows):
+        row = batch.slice(i, 1)
+        try:
+            yield row.to_pylist()[0]
+        except _AS_PY_ERRORS:
+            yield {
+                name: parquet_cell(column[0])
+                for name, column in zip(names, row.columns, strict=True)
+            }
+
+
+# What pyarrow's ``as_py`` raises for a value Python cannot hold: OverflowError for a
+# date or timestamp outside years 1-9999, a LookupError for a time zone it does not
+# know, ValueError for a struct with two fields of one name (a UnicodeDecodeError, a
+# ValueError too, for a string that is not UTF-8).
+_AS_PY_ERRORS = (OverflowError, ValueError, LookupError)
+
+
+def parquet_cell(scalar: pa.Scalar) -> Any:
+    """``scalar.as_py()``, with what Python cannot hold as an :class:`_Unreadable`: a
+    struct's other fields stay readable (and checked as usual)."""
+    try:
+        return scalar.as_py()
+    except _AS_PY_ERRORS as e:
+        if isinstance(e, UnicodeDecodeError):
+            raise
+        error = e
+    t = scalar.type
+    if pa.types.is_struct(t):
+        names = [f.name for f in t]
+        if len(set(names)) == len(names):
+            return {name: parquet_cell(scalar[k]) for k, name in enumerate(names)}
+    return _Unreadable(scalar, error)
+
+
+class _Unreadable:
+    """A typed Parquet value Python cannot hold (a date or timestamp outside years
+    1-9999, a time zone it does not know). No column checker accepts one, so a ``value``
+    holding one is a bad record; in a field the event ignores, or in an ``old_value``
+    (which is not checked), it stands for its description."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, scalar: pa.Scalar, error: BaseException) -> None:
+        t = scalar.type
+        if isinstance(error, OverflowError) and (pa.types.is_timestamp(t) or pa.types.is_date(t)):
+            unit = "days" if pa.types.is_date32(t) else "ms" if pa.types.is_date64(t) else t.unit
+            self.text = (
+                f"{t} value {scalar.value} ({unit} since 1970-01-01) is outside years 0001-9999"
+            )
+        else:
+            self.text = f"{t} value Python cannot read ({type(error).__name__}: {_one_line(error)})"
+
+    def __str__(self) -> str:
+        return self.text
 
 
 def _one_line(e: BaseException) -> str:
