@@ -249,6 +249,9 @@ class PostgresUpstream:
         origin = slot_origin(self._connection(), self.slot)
         self._keep_origin(origin)
         with contextlib.ExitStack() as stack:
+            # autocommit: the copy opens its own transaction. Connected first: a TRUNCATE
+            # between the slot's snapshot and the copy's lock costs a new snapshot.
+            copy = stack.enter_context(connect(self.dsn))
             try:
                 exported = stack.enter_context(create_slot(self.dsn, self.slot))
             except Exception:
@@ -256,13 +259,16 @@ class PostgresUpstream:
                 self._keep_origin(None)
                 raise
             faults.point("after-slot")
-            self._keep_origin(replace(origin, consistent_lsn=exported.consistent_lsn))
-            # autocommit: the copy opens its own transaction
-            copy = stack.enter_context(connect(self.dsn))
+            kept = False
             for name, batch in copy_tables(copy, exported.snapshot_name,
                                            list(self.pg_tables.values())):  # fmt: skip
+                if not kept:  # once the copy holds its locks (see above)
+                    self._keep_origin(replace(origin, consistent_lsn=exported.consistent_lsn))
+                    kept = True
                 yield name, pa.Table.from_batches([batch])
                 faults.point("during-copy")
+            if not kept:
+                self._keep_origin(replace(origin, consistent_lsn=exported.consistent_lsn))
             # Every transaction committed before the snapshot is in it: the first versions
             # stand at the time the slot was created.
             ts = commit_tso(started_us, 0)
