@@ -8,6 +8,7 @@ from a handful of keys, so that changes hit the same rows again and again.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 from decimal import Decimal
 from typing import Any
@@ -45,17 +46,25 @@ COLUMNS: dict[str, dict[str, list[Any]]] = {
                   "day": DATE},
 }  # fmt: skip
 
-IDS = st.integers(0, len(KEYS) - 1)
-
 
 def _values(pool: list[Any]) -> st.SearchStrategy[Any]:
     values = st.sampled_from(pool)
     return values | st.integers(-100, 100) if pool is SMALL else values
 
 
+# Strategies are built once: a strategy's first draw works out its properties, at a cost.
+IDS = st.integers(0, len(KEYS) - 1)
+OTHER_IDS = {key: st.sampled_from([k for k in KEYS if k != key]) for key in KEYS}  # key moves
+VALUES = {
+    table: {c: _values(pool) for c, pool in columns.items()} for table, columns in COLUMNS.items()
+}
+COLUMN = {table: st.sampled_from(sorted(columns)) for table, columns in COLUMNS.items()}
+KIND = st.sampled_from(["put", "put", "delete", "move", "touch"])
+
+
+@functools.cache
 def _row(table: str, key: int) -> st.SearchStrategy[Row]:
-    columns = {c: _values(pool) for c, pool in COLUMNS[table].items()}
-    return st.fixed_dictionaries({"id": st.just(key), **columns})
+    return st.fixed_dictionaries({"id": st.just(key), **VALUES[table]})
 
 
 def account(key: int) -> st.SearchStrategy[Row]:
@@ -86,17 +95,16 @@ def change(draw: st.DrawFn, tables: tuple[str, ...]) -> list[Change]:
     changes one column."""
     table = draw(st.sampled_from(tables))
     key = draw(IDS)
-    kind = draw(st.sampled_from(["put", "put", "delete", "move", "touch"]))
+    kind = draw(KIND)
     if kind == "delete":
         return [(table, key, None)]
     row = draw(ROWS[table](key))
     if kind == "move":
-        new = draw(IDS.filter(lambda k: k != key))
+        new = draw(OTHER_IDS[key])
         return [(table, key, None), (table, new, {**row, "id": new})]
     if kind == "touch":  # same row twice: the second put wins
-        other = draw(ROWS[table](key))
-        column = draw(st.sampled_from(sorted(c for c in row if c != "id")))
-        return [(table, key, row), (table, key, {**row, column: other[column]})]
+        column = draw(COLUMN[table])
+        return [(table, key, row), (table, key, {**row, column: draw(VALUES[table][column])})]
     return [(table, key, row)]
 
 
@@ -106,8 +114,9 @@ def batches(
 ) -> list[list[Change]]:
     """A sequence of batches; a batch may be empty or touch one table only."""
     out = []
+    steps_of_a_batch = st.lists(change(tables), max_size=max_changes)
     for _ in range(draw(st.integers(1, max_batches))):
-        steps = draw(st.lists(change(tables), max_size=max_changes))
+        steps = draw(steps_of_a_batch)
         out.append([c for step in steps for c in step])
     return out
 

@@ -13,24 +13,25 @@ Two checks of every shape in :mod:`.shapes` (each also classified incremental by
   plan's full evaluation in DuckDB (``full_sql``), which ``test_matches_spark`` holds to
   Spark's.
 
-The default run keeps both small; ``-m slow`` runs the large ones.
+Spark checks one seeded sequence in the default run and Hypothesis 200 per shape, on
+worker processes (:mod:`.workers`); ``-m slow`` runs ten and 1,000.
 """
 
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
+from concurrent.futures import Future
 
 import pytest
-from hypothesis import HealthCheck, given, settings
 from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
 
 from .harness import Planned, Run, spark_check
 from .shapes import SHAPES
-from .strategies import Change, Row, batches, random_batch, random_snapshot, snapshot
-
-TABLES = ("accounts", "transfers")
+from .strategies import random_batch, random_snapshot
+from .workers import TABLES, Outcome, Workers
 
 
 def _spark_sequences(
@@ -58,28 +59,40 @@ def test_matches_spark_many(spark: SparkSession, planned: Planned, compute: Comp
     _spark_sequences(spark, planned, compute, seeds=range(100, 110), length=10)
 
 
-def _hypothesis(planned: Planned, compute: Compute, shape: str, examples: int) -> None:
-    @settings(max_examples=examples, deadline=None, database=None,
-              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
-    @given(start=snapshot(TABLES), sequence=batches(TABLES))
-    def check(start: dict[str, list[Row]], sequence: list[list[Change]]) -> None:
-        run = Run(planned, [shape], compute)
-        try:
-            run.load(start)
-            for batch in sequence:
-                run.step(batch)
-        finally:
-            run.close()
+# Hypothesis sequences per shape: the default run, and ``-m slow``.
+EXAMPLES = 200
+MANY_EXAMPLES = 1000
 
-    check()
+
+@pytest.fixture(scope="module")
+def workers(planned: Planned) -> Iterator[Workers]:
+    pool = Workers(planned)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def default_runs(workers: Workers) -> dict[str, Future[Outcome]]:
+    return workers.submit(sorted(SHAPES), EXAMPLES)
+
+
+@pytest.fixture(scope="module")
+def many_runs(workers: Workers) -> dict[str, Future[Outcome]]:
+    return workers.submit(sorted(SHAPES), MANY_EXAMPLES)
+
+
+def _passed(outcome: Outcome, examples: int) -> None:
+    if outcome.failure is not None:
+        pytest.fail(f"shape {outcome.shape}:\n{outcome.failure}", pytrace=False)
+    assert outcome.ran >= examples, f"shape {outcome.shape}: only {outcome.ran} sequences ran"
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_matches_full_evaluation(planned: Planned, compute: Compute, shape: str) -> None:
-    _hypothesis(planned, compute, shape, 25)
+def test_matches_full_evaluation(default_runs: dict[str, Future[Outcome]], shape: str) -> None:
+    _passed(default_runs[shape].result(), EXAMPLES)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_matches_full_evaluation_many(planned: Planned, compute: Compute, shape: str) -> None:
-    _hypothesis(planned, compute, shape, 200)
+def test_matches_full_evaluation_many(many_runs: dict[str, Future[Outcome]], shape: str) -> None:
+    _passed(many_runs[shape].result(), MANY_EXAMPLES)

@@ -1,0 +1,91 @@
+"""The Hypothesis sequences of every shape, spread over the machine's cores.
+
+Maintenance and its check (:mod:`.harness`) run on DuckDB alone; Spark only plans the
+shapes, once, in the test process. So each shape's sequences run in a worker process of
+their own, all shapes queued at once, and a test waits for its shape's result. A worker
+returns how many sequences it ran, or the failure as Hypothesis reports it (the shrunk
+sequence included).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import traceback
+from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+
+from deltamv.compute import Compute
+
+from .harness import Planned, Run
+from .strategies import Change, Row, batches, snapshot
+
+TABLES = ("accounts", "transfers")
+
+
+def sequences(planned: Planned, compute: Compute, shape: str, examples: int) -> int:
+    """``examples`` Hypothesis sequences through ``shape``, each checked at every version
+    (:meth:`Run.step`); returns how many sequences ran."""
+    ran = 0
+
+    @settings(max_examples=examples, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
+    @given(start=snapshot(TABLES), sequence=batches(TABLES))
+    def check(start: dict[str, list[Row]], sequence: list[list[Change]]) -> None:
+        nonlocal ran
+        ran += 1
+        run = Run(planned, [shape], compute)
+        try:
+            run.load(start)
+            for batch in sequence:
+                run.step(batch)
+        finally:
+            run.close()
+
+    check()
+    return ran
+
+
+@dataclass(frozen=True)
+class Outcome:
+    shape: str
+    ran: int
+    failure: str | None  # the worker's traceback and Hypothesis' falsifying example
+
+
+_worker: dict[str, Any] = {}
+
+
+def _start(planned: Planned) -> None:
+    _worker["planned"] = planned
+    _worker["compute"] = Compute(threads=1, memory_limit="256MB")
+
+
+def _run(shape: str, examples: int) -> Outcome:
+    try:
+        ran = sequences(_worker["planned"], _worker["compute"], shape, examples)
+    except Exception as error:  # reported to the test that waits for it
+        return Outcome(shape, 0, "".join(traceback.format_exception(error)))
+    return Outcome(shape, ran, None)
+
+
+class Workers:
+    """A pool of worker processes (one per core, at most two) holding ``planned``."""
+
+    def __init__(self, planned: Planned) -> None:
+        self._pool = ProcessPoolExecutor(
+            max_workers=min(2, os.cpu_count() or 1),
+            mp_context=multiprocessing.get_context("spawn"),
+            initializer=_start,
+            initargs=(planned,),
+        )
+
+    def submit(self, shapes: Iterable[str], examples: int) -> dict[str, Future[Outcome]]:
+        return {shape: self._pool.submit(_run, shape, examples) for shape in shapes}
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
