@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from deltamv.delta.spark import CATALOG, EXTENSION, fetched_jars
+from deltamv.python_worker import installed_zip, worker_python
 from deltamv.session import _delta_conf, _driver_java_options, delta_spark_available
 
 
@@ -79,3 +80,40 @@ def test_spark_submit_with_the_jars_reads_delta(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"DELTA True {EXTENSION}" in out.stdout, out.stdout[-3000:]
+
+
+def test_python_workers_import_the_installed_pyspark_compiled(spark: Any) -> None:
+    # In a local job the workers start through deltamv's launcher: the zipped copy of
+    # the installed pyspark (every module compiled anew in every worker) is off their path.
+    assert spark.sparkContext.pythonExec == os.environ["PYSPARK_PYTHON"] == worker_python()
+
+    def where(_: Any) -> Any:
+        import pyspark
+
+        yield pyspark.__file__, os.environ.get("PYTHONPATH", "")
+
+    [(module, path)] = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
+    zipped = installed_zip()
+    assert zipped is not None and module == str(Path(zipped).parents[2] / "__init__.py")
+    assert zipped not in path.split(os.pathsep)
+
+
+def test_the_launcher_drops_only_the_installed_zip(tmp_path: Path) -> None:
+    launcher = worker_python(tmp_path / "cache")
+    zipped = installed_zip()
+    assert launcher is not None and zipped is not None
+    other = "/opt/spark/python/lib/pyspark.zip"
+    shown = subprocess.run(
+        [launcher, "-c", "import os, sys, pyspark; print(sys.executable, os.environ['PYTHONPATH'])"],
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([zipped, str(tmp_path), other])),
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert shown == [sys.executable, os.pathsep.join([str(tmp_path), other])]
+    assert worker_python(tmp_path / "cache") == launcher  # written once, then reused
+
+
+def test_no_launcher_in_a_folder_others_may_write(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    assert worker_python(shared) is None

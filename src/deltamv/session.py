@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from deltamv.config import JobConfig
 from deltamv.delta import spark as delta_spark
+from deltamv.python_worker import worker_python
 
 DEFAULT_MASTER = "local[2]"
 log = logging.getLogger("deltamv.session")
@@ -51,22 +52,26 @@ def build_spark(
     them), the session also gets Delta's SQL extension and catalog
     (:func:`delta_spark_available` tells; docs/delta-spark.md).
     """
-    # Python workers must run the interpreter the driver runs, with the same packages.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = SparkSession.builder.appName(
-        app_name or (f"deltamv-{config.name}" if config else "deltamv")
-    )
     chosen = (
         master
         or os.environ.get("DELTAMV_SPARK_MASTER")
         or (config.spark.master if config else None)
     )
+    if not chosen and not _submitted_by_spark_submit():
+        chosen = DEFAULT_MASTER
+    # Python workers must run the interpreter the driver runs, with the same packages; on
+    # this machine, through a launcher that lets them import pyspark compiled.
+    workers = os.environ.get("PYSPARK_PYTHON")
+    if workers is None or os.path.abspath(workers) == sys.executable:
+        local = chosen is not None and (chosen == "local" or chosen.startswith("local["))
+        os.environ["PYSPARK_PYTHON"] = (local and worker_python()) or sys.executable
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = SparkSession.builder.appName(
+        app_name or (f"deltamv-{config.name}" if config else "deltamv")
+    )
     if chosen:
         builder = builder.master(chosen)
-    elif not _submitted_by_spark_submit():
-        builder = builder.master(DEFAULT_MASTER)
     settings = dict(_DEFAULT_CONF)
     if config:
         settings.update(config.spark.conf)

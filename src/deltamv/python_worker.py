@@ -1,0 +1,89 @@
+"""The interpreter Spark starts its Python workers with, in a local job.
+
+Spark puts ``<SPARK_HOME>/python/lib/pyspark.zip`` first on its Python workers'
+``PYTHONPATH``. Python cannot cache bytecode for modules in a zip, so every worker
+process compiles each pyspark module it imports anew. The streaming source's runner is
+a fresh process at each start of the streaming query: about 0.5 s of the start here,
+0.3 s of it compiling.
+
+With a pip-installed pyspark, ``SPARK_HOME`` is the package itself, and the zip holds
+the very modules the package has installed, compiled, beside it. :func:`worker_python`
+writes a small launcher that drops exactly that zip from ``PYTHONPATH`` and then runs
+this interpreter: the workers import the same pyspark, compiled. A zip of another Spark
+install (``SPARK_HOME`` elsewhere) is another path, and stays.
+:func:`deltamv.session.build_spark` uses the launcher as ``PYSPARK_PYTHON`` for local
+masters, unless ``PYSPARK_PYTHON`` names another interpreter than the driver's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+log = logging.getLogger("deltamv.session")
+
+_LAUNCHER = """#!{python} -S
+# deltamv's launcher of Spark's Python workers: {python} without {zip} on PYTHONPATH
+# (deltamv/python_worker.py says why). Written by deltamv, again at a start if missing.
+import os, sys
+entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.normpath(e) != {zip!r})
+os.execv({python!r}, [{python!r}] + sys.argv[1:])
+"""
+
+
+def installed_zip() -> str | None:
+    """The zip inside the pyspark package this interpreter imports, if it has one."""
+    import pyspark
+
+    zipped = Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip"
+    return os.path.normpath(zipped) if zipped.is_file() else None
+
+
+def _cache() -> Path:
+    """This user's cache folder for deltamv (not a temporary one: a job running for weeks
+    starts workers with the launcher, and temporary files get cleaned away)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "deltamv"
+
+
+def worker_python(folder: Path | None = None) -> str | None:
+    """The path of the launcher (written into ``folder``, by default this user's cache
+    folder), or None when there is no zip to drop, or the launcher cannot be written or
+    does not run there (a ``noexec`` mount, a path too long for ``#!``)."""
+    zipped = installed_zip()
+    if zipped is None:
+        return None
+    text = _LAUNCHER.format(python=sys.executable, zip=zipped)
+    try:
+        folder = folder or _cache()
+    except RuntimeError as error:  # no home folder
+        log.info("Python workers import pyspark from its zip (%s)", error)
+        return None
+    path = folder / f"python-worker-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o022:
+            raise OSError(f"{folder} is not this user's alone")
+        if not path.is_file() or path.read_text() != text:
+            part = folder / f".{path.name}.{os.getpid()}"
+            part.write_text(text)
+            part.chmod(stat.S_IRWXU)
+            os.replace(part, path)
+        ran = subprocess.run(
+            [str(path), "-c", "import sys; print(sys.executable)"],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        if ran.returncode != 0 or ran.stdout.strip() != sys.executable:
+            raise OSError(f"{path} does not run: {ran.stderr.strip()[-200:]}")
+    except (OSError, subprocess.SubprocessError) as error:
+        log.info("Python workers import pyspark from its zip (%s)", error)
+        with contextlib.suppress(OSError):
+            (folder / f".{path.name}.{os.getpid()}").unlink(missing_ok=True)
+        return None
+    return str(path)
