@@ -32,6 +32,17 @@ def test_the_session_factory_passes_the_logging_config_to_the_driver(spark: Any)
     assert options.split("=file:")[1].split()[0].endswith("deltamv/log4j2.properties")
 
 
+def test_the_driver_jvm_ignores_sigterm_and_sigint(spark: Any) -> None:
+    """A SIGTERM (or Ctrl-C) to a job's process group stops the job through its driver;
+    the JVM does not shut itself down under the running query (tests/faults/test_stop.py)."""
+    import signal
+
+    pid = spark.sparkContext._gateway.proc.pid
+    status = Path(f"/proc/{pid}/status").read_text()
+    ignored = int(next(x for x in status.splitlines() if x.startswith("SigIgn:")).split()[1], 16)
+    assert ignored & (1 << (signal.SIGTERM - 1)) and ignored & (1 << (signal.SIGINT - 1))
+
+
 def test_the_session_reads_delta_natively_when_the_jars_are_fetched(
     spark: Any, tmp_path: Path
 ) -> None:

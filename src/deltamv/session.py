@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -80,7 +83,8 @@ def build_spark(
     settings.update(_delta_conf(settings))
     for key, value in settings.items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    with _jvm_ignoring_sigterm():
+        spark = builder.getOrCreate()
     log.info(
         "Spark %s, master %s, delta-spark %s",
         spark.version, spark.sparkContext.master, "on" if delta_spark.available(spark) else "off",
@@ -120,6 +124,39 @@ def _driver_java_options(given: str) -> str:
         return given
     log_config = Path(__file__).with_name("log4j2.properties")
     return f"-Dlog4j2.configurationFile=file:{log_config} {given}".strip()
+
+
+@contextlib.contextmanager
+def _jvm_ignoring_sigterm() -> Iterator[None]:
+    """A driver JVM launched here ignores SIGTERM, as PySpark has it ignore SIGINT.
+
+    A SIGTERM to the job's whole process group (``kill -TERM -<pgid>``, a service
+    manager's stop) then stops the job as one to the driver does: the driver stops the
+    streaming query and exits, instead of the JVM running its shutdown hooks under the
+    running query (py4j tracebacks, exit 1). The JVM still exits with the driver (it
+    watches its stdin), and SIGKILL still kills it; its Python workers, which inherit
+    the setting, end when it closes their sockets.
+    """
+    from pyspark import java_gateway
+
+    launch = java_gateway.Popen
+
+    def popen(*args: Any, **kwargs: Any) -> Any:
+        inner = kwargs.get("preexec_fn")  # PySpark's: ignore SIGINT
+
+        def preexec() -> None:
+            if inner is not None:
+                inner()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept across exec
+
+        kwargs["preexec_fn"] = preexec
+        return launch(*args, **kwargs)
+
+    java_gateway.Popen = popen  # type: ignore[assignment,misc]
+    try:
+        yield
+    finally:
+        java_gateway.Popen = launch  # type: ignore[misc]
 
 
 def _submitted_by_spark_submit() -> bool:
