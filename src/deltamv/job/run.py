@@ -109,14 +109,16 @@ class ViewJob:
                 opened.set(runner)
                 if query is None:
                     query = self._start(upstream, store, opened, once=once)
-                self._await(query)
+                self._await(query, opened)
                 upstream.after_run(store)
             finally:
-                opened.clear()  # a batch still waiting (the job failed to open or stopped) fails
+                # A batch still waiting (the job failed to open or stopped) fails; one
+                # still running (a stop ends the query without waiting for it) ends first.
+                opened.clear()
                 upstream.close()
                 if query is not None:
                     self._query = None
-                    with contextlib.suppress(PySparkException, Py4JError):
+                    with contextlib.suppress(PySparkException, Py4JError, ConnectionError):
                         query.stop()  # stopped already, unless the job failed to open
                 if self._unset_checkpoint_files:
                     self.spark.conf.unset(_CHECKPOINT_FILES)
@@ -195,16 +197,24 @@ class ViewJob:
         reader = upstream.stream(self.spark, store)
 
         def on_batch(df: DataFrame, batch_id: int) -> None:
-            runner = opened.wait()
-            try:
-                report = runner.run(batch_id)
-            except BaseException as exc:
-                self._error = unwire(exc) or _storage_error(exc) or exc
-                raise
-            self.reports.append(report)
-            self.batches += 1
-            self.maintenance.after_batch()
-            _log_report(report)
+            with opened.running() as runner:
+                try:
+                    report = runner.run(batch_id)
+                except BaseException as exc:
+                    if self._stop_requested:
+                        # The stop interrupted the query's thread, and the batch's next
+                        # call into the JVM failed. Spark tells a stop from a failure by
+                        # a regex over the error's text, which overflows the JVM's stack
+                        # on a long one (a Java stack trace: ~1,000 lines of
+                        # StackOverflowError on stderr): fail with a short text. The
+                        # batch is replayed on the next start.
+                        raise _CutShort(f"batch {batch_id} cut short by a stop") from None
+                    self._error = unwire(exc) or _storage_error(exc) or exc
+                    raise
+                self.reports.append(report)
+                self.batches += 1
+                self.maintenance.after_batch()
+                _log_report(report)
 
         writer = reader.writeStream.foreachBatch(on_batch).option(
             "checkpointLocation", str(self.checkpoint / "spark")
@@ -221,7 +231,7 @@ class ViewJob:
             self.request_stop()
         return query
 
-    def _await(self, query: StreamingQuery) -> None:
+    def _await(self, query: StreamingQuery, opened: _Opened) -> None:
         try:
             # In short waits: Python runs a signal handler only in the main thread, and
             # only between bytecodes; a SIGTERM delivered to another thread would wait
@@ -229,17 +239,24 @@ class ViewJob:
             while not query.awaitTermination(1):
                 pass
         except KeyboardInterrupt:
-            # Ctrl-C or SIGTERM: stop. The JVM may be shutting down as well (it got the
-            # signal too); a batch cut short is replayed on the next start.
-            with contextlib.suppress(PySparkException, Py4JError):
+            # Ctrl-C without the job's handler (a library caller): stop. A batch cut
+            # short is replayed on the next start.
+            with contextlib.suppress(PySparkException, Py4JError, ConnectionError):
                 query.stop()
-            log.info("stopped on request after %d batches", self.batches)
-            return
+            self._stop_requested = True
         except PySparkException as exc:
-            raise self._explain(exc) from None
-        failure = query.exception()
-        if failure is not None:
-            raise self._explain(failure)
+            if not self._stop_requested:
+                raise self._explain(exc) from None
+        else:
+            failure = query.exception()
+            if failure is not None and not self._stop_requested:
+                raise self._explain(failure)
+        if self._stop_requested:
+            # The query ends without waiting for a batch running in Python: the job
+            # waits for it (it commits, or fails on its next call into the JVM). Either
+            # way Spark has not recorded it, and the next start replays it.
+            opened.clear()
+            log.info("stopped on request after %d batches", self.batches)
 
     def _explain(self, exc: BaseException) -> BaseException:
         """The one-line deltamv error behind a failed streaming query."""
@@ -257,27 +274,43 @@ class _Opened:
 
     A batch that arrives while the job still opens waits for it; one that arrives after
     the run ended, or when the job failed to open, fails. Spark's callback server keeps
-    the batch function after the query ends: it reaches the run only through this.
+    the batch function after the query ends: it reaches the run only through this. A
+    stopped query does not wait for a batch running in Python: :meth:`clear` does.
     """
 
     def __init__(self) -> None:
         self._ready = threading.Event()
         self._runner: BatchRunner | None = None
+        self._changed = threading.Condition()
+        self._running = 0
 
     def set(self, runner: BatchRunner) -> None:
         self._runner = runner
         self._ready.set()
 
     def clear(self) -> None:
-        self._runner = None
-        self._ready.set()
+        """No batch starts from now on; one running ends first."""
+        with self._changed:
+            self._runner = None
+            self._ready.set()
+            while self._running:
+                self._changed.wait(1)  # (in short waits: signal handlers run meanwhile)
 
-    def wait(self) -> BatchRunner:
+    @contextlib.contextmanager
+    def running(self) -> Iterator[BatchRunner]:
+        """The runner, for one batch (waiting for the job to open)."""
         self._ready.wait()
-        runner = self._runner
-        if runner is None:
-            raise DeltaMVError("a batch arrived after the job's run ended")
-        return runner
+        with self._changed:
+            runner = self._runner
+            if runner is None:
+                raise DeltaMVError("a batch arrived after the job's run ended")
+            self._running += 1
+        try:
+            yield runner
+        finally:
+            with self._changed:
+                self._running -= 1
+                self._changed.notify_all()
 
 
 _CHECKPOINT_FILES = "spark.sql.streaming.checkpointFileManagerClass"
@@ -379,6 +412,11 @@ def _lock(checkpoint: Path, job: str) -> Iterator[None]:
         handle.close()
 
 
+class _CutShort(Exception):
+    """A batch interrupted by a requested stop (its text is what Spark sees)."""
+
+
 def _stop_quietly(query: StreamingQuery) -> None:
-    with contextlib.suppress(PySparkException, Py4JError):  # already stopping: fine
+    # Already stopping, or its JVM gone: fine.
+    with contextlib.suppress(PySparkException, Py4JError, ConnectionError):
         query.stop()
