@@ -137,9 +137,8 @@ def _timestamp(draw: st.DrawFn) -> str:
 
 # Text for "clean" logs, the ones the fast path must take whole: no "+" (the prescreen
 # sends "+-" to the reference path), no escapes needed in keys.
-_CLEAN_TEXT = st.text(
-    st.characters(blacklist_characters="+", blacklist_categories=("Cs",)), max_size=8
-)
+_CLEAN_CHARS = st.characters(blacklist_characters="+", blacklist_categories=("Cs",))
+_CLEAN_TEXT = st.text(_CLEAN_CHARS, max_size=8)
 _NAME = st.text("abcdefxyz_", min_size=1, max_size=4)
 
 
@@ -229,7 +228,7 @@ _EXTRA = st.recursive(
 
 _CLEAN_EXTRA = {
     "extra": st.integers(-(2**62), 2**62),
-    "meta": st.dictionaries(_NAME, st.text(max_size=4), max_size=3),
+    "meta": st.dictionaries(_NAME, st.text(_CLEAN_CHARS, max_size=4), max_size=3),
     "note": _CLEAN_TEXT,
 }
 
