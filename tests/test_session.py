@@ -105,8 +105,9 @@ def test_python_workers_import_the_installed_pyspark_compiled(spark: Any) -> Non
 
     [(module, path)] = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
     zipped = installed_zip()
-    assert zipped is not None and module == str(Path(zipped).parents[2] / "__init__.py")
-    assert zipped not in path.split(os.pathsep)
+    assert zipped is not None
+    assert os.path.realpath(module) == str(Path(zipped).parents[2] / "__init__.py")
+    assert zipped not in [os.path.realpath(e) for e in path.split(os.pathsep) if e]
 
 
 def test_the_launcher_drops_only_the_installed_zip(tmp_path: Path) -> None:
@@ -120,7 +121,10 @@ def test_the_launcher_drops_only_the_installed_zip(tmp_path: Path) -> None:
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert shown == [sys.executable, os.pathsep.join([str(tmp_path), other])]
+    written = Path(launcher).stat()
     assert worker_python(tmp_path / "cache") == launcher  # written once, then reused
+    assert Path(launcher).stat().st_ino == written.st_ino
+    assert Path(launcher).stat().st_mtime_ns == written.st_mtime_ns
 
 
 def test_no_launcher_in_a_folder_others_may_write(tmp_path: Path) -> None:

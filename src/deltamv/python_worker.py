@@ -33,7 +33,7 @@ _LAUNCHER = """#!{python} -S
 # (deltamv/python_worker.py says why). Written by deltamv, again at a start if missing.
 import os, sys
 entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
-os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.normpath(e) != {zip!r})
+os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.realpath(e) != {zip!r})
 os.execv({python!r}, [{python!r}] + sys.argv[1:])
 """
 
@@ -43,7 +43,7 @@ def installed_zip() -> str | None:
     import pyspark
 
     zipped = Path(pyspark.__file__).parent / "python" / "lib" / "pyspark.zip"
-    return os.path.normpath(zipped) if zipped.is_file() else None
+    return os.path.realpath(zipped) if zipped.is_file() else None  # as Spark resolves it
 
 
 def _cache() -> Path:
@@ -55,9 +55,13 @@ def _cache() -> Path:
 def worker_python(folder: Path | None = None) -> str | None:
     """The path of the launcher (written into ``folder``, by default this user's cache
     folder), or None when there is no zip to drop, or the launcher cannot be written or
-    does not run there (a ``noexec`` mount, a path too long for ``#!``)."""
+    does not run there (a ``noexec`` mount, an interpreter path ``#!`` cannot hold)."""
     zipped = installed_zip()
     if zipped is None:
+        return None
+    if len(sys.executable) > 120 or any(c.isspace() for c in sys.executable):
+        # Linux cuts a "#!" line at 127 bytes (its "-S" with it) and splits it at spaces.
+        log.info("Python workers import pyspark from its zip (no #! line for %s)", sys.executable)
         return None
     text = _LAUNCHER.format(python=sys.executable, zip=zipped)
     try:
@@ -77,7 +81,7 @@ def worker_python(folder: Path | None = None) -> str | None:
             os.replace(part, path)
         ran = subprocess.run(
             [str(path), "-c", "import sys; print(sys.executable)"],
-            capture_output=True, text=True, timeout=30, check=False,
+            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
         if ran.returncode != 0 or ran.stdout.strip() != sys.executable:
             raise OSError(f"{path} does not run: {ran.stderr.strip()[-200:]}")
