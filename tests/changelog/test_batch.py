@@ -501,6 +501,31 @@ def test_a_parquet_value_python_cannot_hold_is_a_bad_record_at_its_row(
     assert got.values["keyed"].column(f"__old_{column}").to_pylist() == [None, None]
 
 
+def test_a_parquet_string_that_is_not_utf8_is_a_bad_record_at_its_row(tmp_path: Path) -> None:
+    from deltamv.errors import BadRecordError
+
+    def not_utf8(*texts: bytes) -> pa.Array:
+        return pa.array(texts, pa.binary()).view(pa.string())  # pyarrow does not check
+
+    value = pa.StructArray.from_arrays([pa.array([1, 2]), not_utf8(b"x", b"\xffy")], ["id", "s"])
+    for name, table in {
+        "key": {"key": not_utf8(b"k", b"\xfe"), "value": pa.array(['{"id": 1}', '{"id": 2}'])},
+        "value": {"key": ["k", "j"], "value": value},
+    }.items():
+        rows = {"region": [1, 1], "type": ["PREWRITE"] * 2, "start_ts": [1, 2],
+                "table": ["wide"] * 2, "op": ["PUT"] * 2, **table}  # fmt: skip
+        path = tmp_path / name / "region-1" / "1.parquet"
+        path.parent.mkdir(parents=True)
+        pq.write_table(pa.table(rows), path)
+        with pytest.raises(BadRecordError) as raised:
+            parse_segments([segment_of(path)], TABLES, PRIMARY_KEYS)
+        error = raised.value
+        assert (error.file, error.line) == (str(path), 2), error
+        assert "string value that is not UTF-8" in error.reason, error
+        assert len(str(error).splitlines()) == 1
+        check_same([segment_of(path)])
+
+
 def test_a_parquet_struct_with_two_fields_of_one_name_is_a_column_of_the_wrong_type(
     tmp_path: Path,
 ) -> None:

@@ -734,8 +734,8 @@ def _parquet_records(batch: pa.RecordBatch) -> Iterator[dict[str, Any]]:
 
 # What pyarrow's ``as_py`` raises for a value Python cannot hold: OverflowError for a
 # date or timestamp outside years 1-9999, a LookupError for a time zone it does not
-# know, ValueError for a struct with two fields of one name (a UnicodeDecodeError, a
-# ValueError too, for a string that is not UTF-8).
+# know, ValueError for a struct with two fields of one name, UnicodeDecodeError (a
+# ValueError too) for a string that is not UTF-8.
 _AS_PY_ERRORS = (OverflowError, ValueError, LookupError)
 
 
@@ -745,8 +745,6 @@ def parquet_cell(scalar: pa.Scalar) -> Any:
     try:
         return scalar.as_py()
     except _AS_PY_ERRORS as e:
-        if isinstance(e, UnicodeDecodeError):
-            raise
         error = e
     t = scalar.type
     if pa.types.is_struct(t):
@@ -758,9 +756,10 @@ def parquet_cell(scalar: pa.Scalar) -> Any:
 
 class _Unreadable:
     """A typed Parquet value Python cannot hold (a date or timestamp outside years
-    1-9999, a time zone it does not know). No column checker accepts one, so a ``value``
-    holding one is a bad record; in a field the event ignores, or in an ``old_value``
-    (which is not checked), it stands for its description."""
+    1-9999, a time zone it does not know, a string that is not UTF-8). No checker of a
+    column or field accepts one, so a ``value`` or field holding one is a bad record; in
+    a field the event ignores, or in an ``old_value`` (which is not checked), it stands
+    for its description."""
 
     __slots__ = ("text",)
 
@@ -771,6 +770,8 @@ class _Unreadable:
             self.text = (
                 f"{t} value {scalar.value} ({unit} since 1970-01-01) is outside years 0001-9999"
             )
+        elif isinstance(error, UnicodeDecodeError):
+            self.text = f"{t} value that is not UTF-8 (byte {error.object[error.start]:#04x})"
         else:
             self.text = f"{t} value Python cannot read ({type(error).__name__}: {_one_line(error)})"
 
