@@ -147,3 +147,33 @@ def test_a_start_killed_after_creating_its_slot_starts_again(
         pg.execute("INSERT INTO t VALUES (6)")
     ViewJob(load_config(config), spark).run(once=True)
     assert delta.read_arrow(str(tmp_path / "v")).to_pylist() == [{"n": 6}]
+
+
+def test_a_copy_that_cannot_connect_leaves_no_claim_on_a_later_slot(
+    spark: Any, pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first start whose copy cannot connect creates no slot and records none: a slot
+    another consumer makes under that name afterwards is refused, not dropped."""
+    from deltamv.job import postgres as job_postgres
+
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
+    config = _config(tmp_path, pg_dsn, "ck", "v")
+    real = job_postgres.connect
+
+    def refusing(dsn: str, *args: Any, **kwargs: Any) -> Any:
+        if sys._getframe(1).f_code.co_name == "_copy_once":  # the copy's own connection
+            raise psycopg.OperationalError("sorry, too many clients already")
+        return real(dsn, *args, **kwargs)
+
+    monkeypatch.setattr(job_postgres, "connect", refusing)
+    with pytest.raises(Exception, match="too many clients"):
+        ViewJob(load_config(config), spark).run(once=True)
+    monkeypatch.undo()
+    assert not (tmp_path / "ck" / ORIGIN_FILE).exists()
+    assert _confirmed(pg_dsn) is None
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", [SLOT])
+    theirs = _confirmed(pg_dsn)
+    _refused(spark, config)
+    assert _confirmed(pg_dsn) == theirs

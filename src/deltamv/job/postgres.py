@@ -244,14 +244,15 @@ class PostgresUpstream:
 
     def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         started_us = time.time_ns() // 1000
-        # Kept before the slot exists: a start killed right after creating it must still
-        # find it its own (and drop it) at the next start.
-        origin = slot_origin(self._connection(), self.slot)
-        self._keep_origin(origin)
         with contextlib.ExitStack() as stack:
             # autocommit: the copy opens its own transaction. Connected first: a TRUNCATE
-            # between the slot's snapshot and the copy's lock costs a new snapshot.
+            # between the slot's snapshot and the copy's lock costs a new snapshot (and a
+            # failed connect leaves no origin behind).
             copy = stack.enter_context(connect(self.dsn))
+            # Kept before the slot exists: a start killed right after creating it must
+            # still find it its own (and drop it) at the next start.
+            origin = slot_origin(self._connection(), self.slot)
+            self._keep_origin(origin)
             try:
                 exported = stack.enter_context(create_slot(self.dsn, self.slot))
             except Exception:
@@ -259,16 +260,19 @@ class PostgresUpstream:
                 self._keep_origin(None)
                 raise
             faults.point("after-slot")
+            created = replace(origin, consistent_lsn=exported.consistent_lsn)
             kept = False
-            for name, batch in copy_tables(copy, exported.snapshot_name,
-                                           list(self.pg_tables.values())):  # fmt: skip
-                if not kept:  # once the copy holds its locks (see above)
-                    self._keep_origin(replace(origin, consistent_lsn=exported.consistent_lsn))
-                    kept = True
-                yield name, pa.Table.from_batches([batch])
-                faults.point("during-copy")
-            if not kept:
-                self._keep_origin(replace(origin, consistent_lsn=exported.consistent_lsn))
+            try:
+                for name, batch in copy_tables(copy, exported.snapshot_name,
+                                               list(self.pg_tables.values())):  # fmt: skip
+                    if not kept:  # once the copy holds its locks (see above)
+                        self._keep_origin(created)
+                        kept = True
+                    yield name, pa.Table.from_batches([batch])
+                    faults.point("during-copy")
+            finally:  # the copy failed, or copied nothing: the slot is still this one
+                if not kept:
+                    self._keep_origin(created)
             # Every transaction committed before the snapshot is in it: the first versions
             # stand at the time the slot was created.
             ts = commit_tso(started_us, 0)
