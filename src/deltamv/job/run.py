@@ -241,9 +241,9 @@ class ViewJob:
         except KeyboardInterrupt:
             # Ctrl-C without the job's handler (a library caller): stop. A batch cut
             # short is replayed on the next start.
+            self._stop_requested = True  # first: a batch the stop cuts short says so
             with contextlib.suppress(PySparkException, Py4JError, ConnectionError):
                 query.stop()
-            self._stop_requested = True
         except PySparkException as exc:
             if not self._stop_requested:
                 raise self._explain(exc) from None
