@@ -70,12 +70,12 @@ def worker_python(folder: Path | None = None) -> str | None:
         log.info("Python workers import pyspark from its zip (%s)", error)
         return None
     path = folder / f"python-worker-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    part = folder / f".{path.name}.{os.getpid()}"  # written, then renamed to ``path``
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if folder.stat().st_uid != os.getuid() or folder.stat().st_mode & 0o022:
             raise OSError(f"{folder} is not this user's alone")
         if not path.is_file() or path.read_text() != text:
-            part = folder / f".{path.name}.{os.getpid()}"
             part.write_text(text)
             part.chmod(stat.S_IRWXU)
             os.replace(part, path)
@@ -88,6 +88,6 @@ def worker_python(folder: Path | None = None) -> str | None:
     except (OSError, subprocess.SubprocessError) as error:
         log.info("Python workers import pyspark from its zip (%s)", error)
         with contextlib.suppress(OSError):
-            (folder / f".{path.name}.{os.getpid()}").unlink(missing_ok=True)
+            part.unlink(missing_ok=True)
         return None
     return str(path)

@@ -118,8 +118,7 @@ class ViewJob:
                 upstream.close()
                 if query is not None:
                     self._query = None
-                    with contextlib.suppress(PySparkException, Py4JError, ConnectionError):
-                        query.stop()  # stopped already, unless the job failed to open
+                    _stop_quietly(query)  # stopped already, unless the job failed to open
                 if self._unset_checkpoint_files:
                     self.spark.conf.unset(_CHECKPOINT_FILES)
                     self._unset_checkpoint_files = False
@@ -242,8 +241,7 @@ class ViewJob:
             # Ctrl-C without the job's handler (a library caller): stop. A batch cut
             # short is replayed on the next start.
             self._stop_requested = True  # first: a batch the stop cuts short says so
-            with contextlib.suppress(PySparkException, Py4JError, ConnectionError):
-                query.stop()
+            _stop_quietly(query)
         except PySparkException as exc:
             if not self._stop_requested:
                 raise self._explain(exc) from None
