@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -22,15 +23,37 @@ def _run(args: argparse.Namespace) -> int:
     from deltamv.session import build_spark
 
     config = load_config(args.config)
-    job = ViewJob(config, build_spark(config))
+    job: ViewJob | None = None
+    signals = 0
 
     def stop(signum: int, frame: object) -> None:
         # Ctrl-C or SIGTERM: the streaming query stops, run() returns; a batch cut
-        # short is replayed on the next start, never half-committed.
-        job.request_stop()
+        # short is replayed on the next start, never half-committed. A second one ends
+        # the process at once: nothing is lost either (the kill tests' case).
+        nonlocal signals
+        signals += 1
+        if signals > 1:
+            print("deltamv: stopped at once (a second signal); the next run replays"
+                  " the batch in progress", file=sys.stderr, flush=True)  # fmt: skip
+            os._exit(130)
+        if job is not None:
+            job.request_stop()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    # While Spark starts, a signal waits: PySpark's own Ctrl-C handler, set meanwhile,
+    # would call into the JVM in the middle of a call, and an interrupted start leaves a
+    # JVM that prints a stack trace.
+    held = {signal.SIGINT, signal.SIGTERM}
+    signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        started = ViewJob(config, build_spark(config))
+    finally:
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)  # one that came runs stop() now
+    if signals:
+        logging.getLogger("deltamv").info("stopped on request before the job started")
+        return 0
+    job = started
     job.run(once=args.once)
     return 0
 

@@ -5,7 +5,9 @@ batch it cut short is replayed: every version of every view matches the truth.
 
 The stop lands in the middle of a batch that calls into the JVM (a view Spark recomputes),
 where Spark interrupts the batch: the driver runs with a batch that first waits a few
-seconds (announcing itself on stderr), and the signal comes then.
+seconds (announcing itself on stderr), and the signal comes then. It also announces
+Spark's start, for a stop asked for while Spark starts (held until it has started), and a
+second signal, which ends the job at once (exit 130) without waiting for the batch.
 """
 
 from __future__ import annotations
@@ -37,6 +39,16 @@ def slow(self, batch_id):
     return run(self, batch_id)
 
 batch.BatchRunner.run = slow
+
+from deltamv import session
+
+build = session.build_spark
+
+def announced(config):
+    print("spark starts", file=sys.stderr, flush=True)
+    return build(config)
+
+session.build_spark = announced
 from deltamv.cli import main
 sys.exit(main())
 """
@@ -58,40 +70,19 @@ path = "out/views/ranked"
 def test_a_stop_mid_batch_is_quiet_exits_0_and_the_batch_is_replayed(
     spark: Any, tmp_path: Path, signum: int, to_group: bool
 ) -> None:
-    harness = KillHarness.create(
-        tmp_path, seed=3, txns=120, segment_events=60, segments_per_batch=1000
-    )
-    config = harness.config_path
-    text = config.read_text()
-    config.write_text(text.replace("[invariants.", _RECOMPUTED + "\n[invariants.", 1))
-    harness.sim.config = load_config(config)
-    harness.publish(moves=2)
-
-    env = dict(os.environ)
-    env.pop("DELTAMV_CRASH_AT", None)
-    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
-    log_path = tmp_path / "stopped.log"
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _SLOW_BATCHES, "run", str(config)], stdout=log,
-            stderr=subprocess.STDOUT, env=env, cwd=str(harness.sim.job_dir),
-            start_new_session=True,
-        )  # fmt: skip
-        try:
-            end = time.monotonic() + 600
-            while "batch 0 starts" not in log_path.read_text(errors="replace"):
-                assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
-                assert time.monotonic() < end, "no batch started"
-                time.sleep(0.2)
-            time.sleep(1)  # inside the batch, before its view's recompute in Spark
-            if to_group:
-                os.killpg(proc.pid, signum)
-            else:
-                proc.send_signal(signum)
-            rc = proc.wait(timeout=300)
-            gone = _group_gone(proc.pid, timeout=60)
-        finally:
-            _kill_group(proc.pid)
+    harness = _harness(tmp_path)
+    proc, log_path = _launch(harness, tmp_path / "stopped.log")
+    try:
+        _wait_for(proc, log_path, "batch 0 starts")
+        time.sleep(1)  # inside the batch, before its view's recompute in Spark
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        rc = proc.wait(timeout=300)
+        gone = _group_gone(proc.pid, timeout=60)
+    finally:
+        _kill_group(proc.pid)
     output = log_path.read_text(errors="replace")
     assert rc == 0, output[-3000:]
     assert "StackOverflowError" not in output, output[:3000]
@@ -103,6 +94,85 @@ def test_a_stop_mid_batch_is_quiet_exits_0_and_the_batch_is_replayed(
     harness.round([])  # the rest, and the batch the stop cut short, clean
     result = harness.check(spark)
     assert result.versions >= len(harness.sim.config.views)
+
+
+def test_a_stop_while_spark_starts_waits_for_it_and_a_second_signal_ends_the_job_at_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    harness = _harness(tmp_path)
+    # Ctrl-C while Spark starts: held until it has started, then the job stops, quietly
+    # (PySpark's own handler, or a JVM whose start was cut short, would print traces).
+    proc, log_path = _launch(harness, tmp_path / "starting.log")
+    try:
+        _wait_for(proc, log_path, "spark starts")
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=300)
+        gone = _group_gone(proc.pid, timeout=60)
+    finally:
+        _kill_group(proc.pid)
+    output = log_path.read_text(errors="replace")
+    assert rc == 0, output[-3000:]
+    assert "stopped on request before the job started" in output, output[-3000:]
+    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
+    assert gone, "a process of the job's group outlived its driver"
+
+    # A second Ctrl-C does not wait for the batch in progress: the job ends at once.
+    proc, log_path = _launch(harness, tmp_path / "twice.log")
+    try:
+        _wait_for(proc, log_path, "batch 0 starts")
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=300)
+        gone = _group_gone(proc.pid, timeout=60)
+    finally:
+        _kill_group(proc.pid)
+    output = log_path.read_text(errors="replace")
+    assert rc == 130, output[-3000:]
+    assert "stopped at once (a second signal)" in output, output[-3000:]
+    assert "stopped on request after" not in output, output[-3000:]  # it did not wait
+    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
+    assert gone, "a process of the job's group outlived its driver"
+
+    harness.sim.publish(len(harness.sim.pending))
+    harness.round([])  # the batch cut short, and the rest
+    result = harness.check(spark)
+    assert result.versions >= len(harness.sim.config.views)
+
+
+def _harness(tmp_path: Path) -> KillHarness:
+    harness = KillHarness.create(
+        tmp_path, seed=3, txns=120, segment_events=60, segments_per_batch=1000
+    )
+    config = harness.config_path
+    text = config.read_text()
+    config.write_text(text.replace("[invariants.", _RECOMPUTED + "\n[invariants.", 1))
+    harness.sim.config = load_config(config)
+    harness.publish(moves=2)
+    return harness
+
+
+def _launch(harness: KillHarness, log_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    """A continuous ``deltamv run`` of ``harness``, in a process group of its own, with
+    its output in ``log_path``."""
+    env = dict(os.environ)
+    env.pop("DELTAMV_CRASH_AT", None)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SLOW_BATCHES, "run", str(harness.config_path)], stdout=log,
+            stderr=subprocess.STDOUT, env=env, cwd=str(harness.sim.job_dir),
+            start_new_session=True,
+        )  # fmt: skip
+    return proc, log_path
+
+
+def _wait_for(proc: subprocess.Popen[bytes], log_path: Path, line: str) -> None:
+    end = time.monotonic() + 600
+    while line not in log_path.read_text(errors="replace"):
+        assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < end, f"no {line!r}"
+        time.sleep(0.05)
 
 
 def _group_gone(pgid: int, timeout: float) -> bool:
