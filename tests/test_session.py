@@ -11,7 +11,12 @@ import pytest
 
 from deltamv.delta.spark import CATALOG, EXTENSION, fetched_jars
 from deltamv.python_worker import installed_zip, worker_python
-from deltamv.session import _delta_conf, _driver_java_options, delta_spark_available
+from deltamv.session import (
+    _delta_conf,
+    _driver_java_options,
+    _workers_python,
+    delta_spark_available,
+)
 
 
 def test_user_java_options_keep_deltamvs_logging_config() -> None:
@@ -132,3 +137,19 @@ def test_no_launcher_in_a_folder_others_may_write(tmp_path: Path) -> None:
     shared.mkdir()
     shared.chmod(0o777)
     assert worker_python(shared) is None
+
+
+def test_workers_run_the_users_interpreter_or_the_drivers_one_off_this_machine(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    other = "/usr/bin/python3"
+    assert _workers_python("local[2]", other) is None  # the user's choice is kept
+    assert _workers_python("spark://cluster:7077", other) is None
+    assert _workers_python("spark://cluster:7077", None) == sys.executable  # no launcher
+    assert _workers_python("yarn", sys.executable) == sys.executable
+    assert _workers_python(None, None) == sys.executable  # spark-submit's master
+    launcher = worker_python()
+    assert launcher is not None and launcher != sys.executable
+    assert _workers_python("local[2]", None) == launcher
+    assert _workers_python("local", sys.executable) == launcher

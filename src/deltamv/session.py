@@ -62,12 +62,9 @@ def build_spark(
     )
     if not chosen and not _submitted_by_spark_submit():
         chosen = DEFAULT_MASTER
-    # Python workers must run the interpreter the driver runs, with the same packages; on
-    # this machine, through a launcher that lets them import pyspark compiled.
-    workers = os.environ.get("PYSPARK_PYTHON")
-    if workers is None or os.path.abspath(workers) == sys.executable:
-        local = chosen is not None and (chosen == "local" or chosen.startswith("local["))
-        os.environ["PYSPARK_PYTHON"] = (local and worker_python()) or sys.executable
+    workers = _workers_python(chosen, os.environ.get("PYSPARK_PYTHON"))
+    if workers is not None:
+        os.environ["PYSPARK_PYTHON"] = workers
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder.appName(
@@ -94,6 +91,17 @@ def build_spark(
 
     register(spark)
     return spark
+
+
+def _workers_python(master: str | None, given: str | None) -> str | None:
+    """The interpreter Spark's Python workers run, or None to keep ``given`` (the user's
+    ``PYSPARK_PYTHON``, naming another interpreter). They must run the interpreter the
+    driver runs, with the same packages; with a local master, through a launcher that
+    lets them import pyspark compiled (:mod:`deltamv.python_worker`)."""
+    if given is not None and os.path.abspath(given) != sys.executable:
+        return None
+    local = master is not None and (master == "local" or master.startswith("local["))
+    return (local and worker_python()) or sys.executable
 
 
 def delta_spark_available(spark: SparkSession) -> bool:
