@@ -53,6 +53,9 @@ SHAPES: dict[str, str] = {
     " GROUP BY region",
     "minmax_having": "SELECT owner, MAX(balance) AS mx FROM accounts GROUP BY owner"
     " HAVING MAX(balance) > 10",
+    # a floating-point group key: -0.0 groups with 0.0, NaN with NaN (as Spark groups)
+    "by_rate": "SELECT rate, COUNT(*) AS n, SUM(balance) AS s, MAX(owner) AS mx,"
+    " COUNT(DISTINCT region) AS dr FROM accounts GROUP BY rate",
     # COUNT(DISTINCT): one, several, mixed with linear aggregates
     "count_distinct": "SELECT owner, COUNT(DISTINCT balance) AS d FROM accounts GROUP BY owner",
     "multi_distinct": "SELECT owner, COUNT(DISTINCT balance) AS db, COUNT(DISTINCT region)"
