@@ -236,7 +236,19 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         t = result_type(e)
         if t in ("date", "timestamp", "timestamp_ntz"):
             raise Unsupported(f"{kind} of {t} values")
-        return f"CAST(({sub(0)} {op} {sub(1)}) AS {duck_type(t)})"
+        left, right = sub(0), sub(1)
+        if kind == "Multiply":
+            dl, dr = decimal_of(result_type(kids[0])), decimal_of(result_type(kids[1]))
+            if dl and dr:
+                # DuckDB types a product of two decimals of at most 18 digits as at most
+                # DECIMAL(18), failing where Spark's wider type holds the result, and
+                # cannot multiply to a scale beyond 38 at all: multiply as DECIMAL(38)s
+                # (an exact product) and round to Spark's type.
+                if dl[1] + dr[1] > 38:
+                    raise Unsupported("decimal multiplication with a scale beyond 38")
+                left = f"CAST({left} AS DECIMAL(38,{dl[1]}))"
+                right = f"CAST({right} AS DECIMAL(38,{dr[1]}))"
+        return f"CAST(({left} {op} {right}) AS {duck_type(t)})"
     if kind == "Divide":
         return _divided(sub(0), "/", sub(1), duck_type(result_type(e)))
     if kind == "IntegralDivide":

@@ -793,10 +793,9 @@ def _agg_type(fn: Expr) -> Any:
     if kind == "Average":
         dec = decimal_of(arg)
         if dec:
-            from deltamv.views.expr import _bounded
-
-            p, s = _bounded(dec[0] + 4, dec[1] + 4)
-            return f"decimal({p},{s})"
+            # DecimalType.bounded: precision and scale each capped at 38 (not the
+            # precision-loss adjustment of arithmetic, which would cut the scale)
+            return f"decimal({min(38, dec[0] + 4)},{min(38, dec[1] + 4)})"
         return "double"
     if kind in ("Min", "Max"):
         return arg
@@ -1205,30 +1204,23 @@ def _agg_sql(call: AggCall) -> str:
 
 def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> str:
     """Spark's AVG of a DECIMAL(p,s) column, exactly, in integer arithmetic (DuckDB divides
-    decimals in DOUBLE). Spark divides the DECIMAL(p+10,s) sum by the count as a
-    DECIMAL(20,0), rounding half up to the division's scale, then casts the quotient to
-    the result type, rounding half up again; both roundings are spelled out here, on the
-    sum's unscaled value (overflow is an error in DuckDB, never a wrong value)."""
-    from deltamv.views.expr import _bounded
-
-    p, s = dec
+    decimals in DOUBLE). Spark divides the sum by the count and rounds the quotient half
+    up to the result type, DECIMAL(min(38, p+4), min(38, s+4)); this spells that out on
+    the sum's unscaled value, as a quotient and a remainder so that no intermediate
+    outgrows HUGEINT unless the result does (overflow is an error in DuckDB, never a
+    wrong value)."""
+    _, s = dec
     result = decimal_of(dtype)
     assert result is not None
     rp, rs = result
-    sum_p, sum_s = _bounded(p + 10, s)
-    div_scale = max(6, sum_s + 20 + 1)
-    _, div_scale = _bounded(sum_p - sum_s + div_scale, div_scale)
+    scale = 10 ** (rs - s)
     present = f"({cond}) AND ({arg}) IS NOT NULL"
     total = f"sum(CASE WHEN {present} THEN CAST(({arg}) * {10**s} AS HUGEINT) END)"
     n = f"CAST(count(CASE WHEN {present} THEN 1 END) AS HUGEINT)"
-    # |q| rounded half up (away from zero) to the division's scale, then to the result's
-    first = f"((abs({total}) * {10 ** (div_scale - s)} * 2 + {n}) // (2 * {n}))"
-    if div_scale >= rs:
-        step = 10 ** (div_scale - rs)
-        second = f"(({first} * 2 + {step}) // {2 * step})"
-    else:
-        second = f"({first} * {10 ** (rs - div_scale)})"
-    unscaled = f"(CAST(sign({total}) AS HUGEINT) * {second})"
+    # |total| / n at the result's scale, rounded half up (away from zero)
+    whole = f"((abs({total}) // {n}) * {scale})"
+    part = f"(((abs({total}) % {n}) * {scale * 2} + {n}) // (2 * {n}))"
+    unscaled = f"(CAST(sign({total}) AS HUGEINT) * ({whole} + {part}))"
     return (
         f"CASE WHEN {n} = 0 THEN NULL ELSE CAST(CAST({unscaled} AS DECIMAL(38,0))"
         f" * CAST('{decimal.Decimal(1).scaleb(-rs)}' AS DECIMAL({rs + 1},{rs}))"
@@ -1266,24 +1258,14 @@ def _final_value(call: AggCall, sums: pa.ChunkedArray | None, counts: pa.Chunked
         for s, n in zip(ss, ns, strict=True):
             out.append(None if not n else float(s) / n)
         return pa.array(out, pa.float64())
-    arg = decimal_of(result_type(call.args[0]))
-    assert arg is not None
-    p, s_ = arg
-    from deltamv.views.expr import _bounded
-
-    sum_p, sum_s = _bounded(p + 10, s_)
-    # Spark: Divide(sum, CAST(count AS DECIMAL(20,0))) with its precision rules, then a
-    # cast to the result type; both round half up.
-    div_scale = max(6, sum_s + 20 + 1)
-    div_p = sum_p - sum_s + 0 + div_scale
-    div_p, div_scale = _bounded(div_p, div_scale)
+    # Spark divides the sum by the count and rounds the quotient half up to the result
+    # type DECIMAL(min(38, p+4), min(38, s+4)).
     ctx = decimal.Context(prec=80, rounding=decimal.ROUND_HALF_UP)
     for s, n in zip(ss, ns, strict=True):
         if not n:
             out.append(None)
             continue
         q = ctx.divide(decimal.Decimal(s), decimal.Decimal(n))
-        q = q.quantize(decimal.Decimal(1).scaleb(-div_scale), context=ctx)
         out.append(q.quantize(decimal.Decimal(1).scaleb(-dec[1]), context=ctx))
     return pa.array(out, target)
 
