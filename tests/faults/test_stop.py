@@ -75,6 +75,7 @@ def test_a_stop_mid_batch_is_quiet_exits_0_and_the_batch_is_replayed(
     try:
         _wait_for(proc, log_path, "batch 0 starts")
         time.sleep(1)  # inside the batch, before its view's recompute in Spark
+        tree = _tree(proc.pid)
         if to_group:
             os.killpg(proc.pid, signum)
         else:
@@ -89,6 +90,8 @@ def test_a_stop_mid_batch_is_quiet_exits_0_and_the_batch_is_replayed(
     assert "Traceback" not in output and "\tat " not in output, output[-3000:]
     assert "stopped on request after" in output, output[-3000:]
     assert gone, "a process of the job's group outlived its driver"
+    assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
+    assert _outlived(tree) == [], "a process the driver started outlived it"
 
     harness.sim.publish(len(harness.sim.pending))
     harness.round([])  # the rest, and the batch the stop cut short, clean
@@ -115,11 +118,13 @@ def test_a_stop_while_spark_starts_waits_for_it_and_a_second_signal_ends_the_job
     assert "stopped on request before the job started" in output, output[-3000:]
     assert "Traceback" not in output and "\tat " not in output, output[-3000:]
     assert gone, "a process of the job's group outlived its driver"
+    assert _working_in(harness.sim.job_dir) == [], "a process outlived the driver"
 
     # A second Ctrl-C does not wait for the batch in progress: the job ends at once.
     proc, log_path = _launch(harness, tmp_path / "twice.log")
     try:
         _wait_for(proc, log_path, "batch 0 starts")
+        tree = _tree(proc.pid)
         proc.send_signal(signal.SIGINT)
         time.sleep(0.5)
         proc.send_signal(signal.SIGINT)
@@ -133,6 +138,8 @@ def test_a_stop_while_spark_starts_waits_for_it_and_a_second_signal_ends_the_job
     assert "stopped on request after" not in output, output[-3000:]  # it did not wait
     assert "Traceback" not in output and "\tat " not in output, output[-3000:]
     assert gone, "a process of the job's group outlived its driver"
+    assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
+    assert _outlived(tree) == [], "a process the driver started outlived it"
 
     harness.sim.publish(len(harness.sim.pending))
     harness.round([])  # the batch cut short, and the rest
@@ -173,6 +180,64 @@ def _wait_for(proc: subprocess.Popen[bytes], log_path: Path, line: str) -> None:
         assert proc.poll() is None, log_path.read_text(errors="replace")[-3000:]
         assert time.monotonic() < end, f"no {line!r}"
         time.sleep(0.05)
+
+
+def _tree(pid: int) -> set[tuple[int, str]]:
+    """The process ``pid`` and all its descendants, by pid and start time. Spark's
+    Python daemon moves itself into a process group of its own: a group's end does not
+    cover it."""
+    parents: dict[int, list[int]] = {}
+    started: dict[int, str] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents.setdefault(int(fields[1]), []).append(int(entry.name))
+        started[int(entry.name)] = fields[19]
+    found, todo = set(), [pid]
+    while todo:
+        current = todo.pop()
+        if current in started:
+            found.add((current, started[current]))
+        todo.extend(parents.get(current, []))
+    return found
+
+
+def _outlived(tree: set[tuple[int, str]], timeout: float = 30) -> list[int]:
+    """The processes of ``tree`` still alive after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while True:
+        alive = []
+        for pid, started in tree:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[19] == started and fields[0] != "Z":
+                alive.append(pid)
+        if not alive or time.monotonic() > end:
+            return alive
+        time.sleep(0.2)
+
+
+def _working_in(folder: Path, timeout: float = 30) -> list[int]:
+    """Processes whose working directory is ``folder`` after ``timeout`` seconds (a JVM
+    whose start was cut short keeps running, outside the driver's tree)."""
+    end = time.monotonic() + timeout
+    while True:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and Path(os.readlink(entry / "cwd")) == folder.resolve():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        if not found or time.monotonic() > end:
+            return found
+        time.sleep(0.2)
 
 
 def _group_gone(pgid: int, timeout: float) -> bool:
