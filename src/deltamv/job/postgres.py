@@ -243,7 +243,6 @@ class PostgresUpstream:
                 drop_slot(self._connection(), self.slot)
 
     def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
-        started_us = time.time_ns() // 1000
         with contextlib.ExitStack() as stack:
             # autocommit: the copy opens its own transaction. Connected first: a TRUNCATE
             # between the slot's snapshot and the copy's lock costs a new snapshot (and a
@@ -259,6 +258,11 @@ class PostgresUpstream:
                 # Not created by this start (or not known to be: its next start refuses it).
                 self._keep_origin(None)
                 raise
+            # The first versions' time: the server's clock once the slot is consistent. The
+            # copy holds every transaction committed before the consistent point, and the
+            # slot waited for those running when it was asked for, so a time taken before
+            # it could precede commits the first versions include.
+            snapshot_us = _server_time_us(self._connection())
             faults.point("after-slot")
             created = replace(origin, consistent_lsn=exported.consistent_lsn)
             kept = False
@@ -274,8 +278,8 @@ class PostgresUpstream:
                 if not kept:
                     self._keep_origin(created)
             # Every transaction committed before the snapshot is in it: the first versions
-            # stand at the time the slot was created.
-            ts = commit_tso(started_us, 0)
+            # stand at the time the slot was created (consistent).
+            ts = commit_tso(snapshot_us, 0)
             store.set_source_position(_AFTER, str(exported.consistent_lsn))
             # The first versions' deltamv.pg_lsn: the consistent point (every transaction
             # whose commit record starts below it is in the copy, none above it).
@@ -402,6 +406,12 @@ class PostgresUpstream:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _server_time_us(conn: Any) -> int:
+    """The server's clock (µs since the Unix epoch): the clock its commit times come from."""
+    row = conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8").fetchone()
+    return int(row[0])
 
 
 def resolved_tables(config: JobConfig) -> Mapping[str, TableConfig]:
