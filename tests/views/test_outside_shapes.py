@@ -7,6 +7,8 @@ version) but have columns of their own: wide decimals.
 
 from __future__ import annotations
 
+import datetime as dt
+from collections import Counter
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -23,7 +25,7 @@ from .harness import Planned, Run, spark_check
 TABLES = {
     "accounts": (
         "id BIGINT, owner STRING, big DECIMAL(38,4), wide DECIMAL(38,10), small DECIMAL(10,2),"
-        " mid DECIMAL(37,3)",
+        " mid DECIMAL(37,3), seen TIMESTAMP",
         ("id",),
     ),
     "transfers": ("id BIGINT, amount DECIMAL(38,20)", ("id",)),
@@ -44,13 +46,29 @@ VIEWS = {
     "product": "SELECT id, small * small AS sq, small * 3 AS s3, big * small AS bs FROM accounts",
 }
 
+# Timestamp literals: instants in UTC whatever DuckDB's TimeZone (the machine's) is
+TIMESTAMP_VIEWS = {
+    "ts_literals": "SELECT id FROM accounts WHERE seen >= TIMESTAMP '2024-01-01 00:00:00'"
+    " AND seen <> TIMESTAMP '2024-01-01 05:00:00'",
+    "ts_in": "SELECT id, seen FROM accounts"
+    " WHERE seen IN (TIMESTAMP '2024-01-01 00:00:00', TIMESTAMP '2024-01-01 12:00:00')",
+    "ts_inset": "SELECT id FROM accounts WHERE seen IN ("
+    + ", ".join(f"TIMESTAMP '2024-01-01 {h:02d}:00:00'" for h in range(0, 24, 2))
+    + ")",
+}
+
 # DuckDB cannot multiply to a scale beyond 38 (Spark rounds the product to its type)
 WIDE_PRODUCT = {"wide_product": "SELECT id, amount * amount AS sq FROM transfers"}
 
 
 @pytest.fixture(scope="module")
 def outside(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Planned:
-    return Planned.of(spark, TABLES, {**VIEWS, **WIDE_PRODUCT}, Path(tmp_path_factory.mktemp("o")))
+    return Planned.of(
+        spark,
+        TABLES,
+        {**VIEWS, **WIDE_PRODUCT, **TIMESTAMP_VIEWS},
+        Path(tmp_path_factory.mktemp("o")),
+    )
 
 
 @pytest.fixture
@@ -61,7 +79,7 @@ def run(outside: Planned, compute: Compute) -> Iterator[Run]:
 
 
 def _account(key: int, **values: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(("owner", "big", "wide", "small", "mid"))
+    row: dict[str, Any] = dict.fromkeys(("owner", "big", "wide", "small", "mid", "seen"))
     return {"id": key, **row, **values}
 
 
@@ -91,3 +109,30 @@ def test_a_product_of_decimals_beyond_scale_38_is_recomputed(
 ) -> None:
     with pytest.raises(Unsupported, match="scale beyond 38"):
         Run(outside, ["wide_product"], compute)
+
+
+def test_timestamp_literals_are_utc_instants_in_any_machine_time_zone(
+    spark: SparkSession, outside: Planned
+) -> None:
+    # DuckDB's TimeZone defaults to the machine's: a literal built as a naive time and
+    # cast to TIMESTAMPTZ was read in it (05:00 UTC compared as 00:00 in New York).
+    compute = Compute(threads=1, memory_limit="256MB")
+    compute.con.execute("SET TimeZone = 'America/New_York'")
+    run = Run(outside, sorted(TIMESTAMP_VIEWS), compute)
+    utc = dt.UTC
+    try:
+        run.load({"accounts": [], "transfers": []})
+        run.step(
+            [
+                ("accounts", i, _account(i, seen=dt.datetime(2024, 1, 1, h, tzinfo=utc)))
+                for i, h in enumerate((0, 5, 12, 23), start=1)
+            ]
+        )
+        assert run.outputs["ts_literals"] == Counter({(1,): 1, (3,): 1, (4,): 1})
+        assert sorted(r[0] for r in run.outputs["ts_in"]) == [1, 3]
+        assert sorted(r[0] for r in run.outputs["ts_inset"]) == [1, 3]
+        run.step([("accounts", 1, None)])
+        assert spark_check(spark, run, TIMESTAMP_VIEWS) == len(TIMESTAMP_VIEWS) * 3
+    finally:
+        run.close()
+        compute.close()

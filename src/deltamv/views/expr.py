@@ -160,9 +160,15 @@ def to_sql_literal(value: Any, dtype: Any) -> str:
         return f"DATE {_quote(text)}"
     if dtype in ("timestamp", "timestamp_ntz"):
         if text.lstrip("-").isdigit():  # microseconds since the epoch (UTC)
-            return f"CAST(make_timestamp(CAST({int(text)} AS BIGINT)) AS {t})"
-        # Rendered in the session time zone, which deltamv's sessions set to UTC.
-        return f"CAST({_quote(text)} AS {t})"
+            naive = f"make_timestamp(CAST({int(text)} AS BIGINT))"
+        else:
+            # Rendered in the session time zone, which deltamv's sessions set to UTC.
+            naive = f"CAST({_quote(text)} AS TIMESTAMP)"
+        if dtype == "timestamp":
+            # An instant: a naive time cast to TIMESTAMPTZ would be read in DuckDB's
+            # TimeZone, which is the machine's, not UTC.
+            return f"({naive} AT TIME ZONE 'UTC')"
+        return naive
     if dtype == "binary":
         raise Unsupported("binary literals")
     return f"CAST({_quote(text)} AS {t})"
