@@ -33,6 +33,9 @@ class Compute:
         if temp_dir:
             config["temp_directory"] = temp_dir
         self.con = duckdb.connect(config=config)
+        # Spark's session time zone in deltamv (a date of a timestamp, its hour): the
+        # machine's own, DuckDB's default, would shift them by the zone's offset.
+        self.con.execute("SET TimeZone = 'UTC'")
         self._names: list[str] = []
 
     @contextlib.contextmanager

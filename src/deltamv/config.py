@@ -448,10 +448,19 @@ def _spark(r: _Reader, raw: Any) -> SparkConfig:
     conf = s.get("conf", {})
     if not isinstance(conf, Mapping):
         raise r.err("spark.conf", "must be a table of Spark settings")
-    return SparkConfig(
-        r.string(s["master"], "spark.master") if "master" in s else None,
-        {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()},
-    )
+    settings = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}
+    zone = settings.get(_TIME_ZONE)
+    if zone is not None and zone.strip().upper() not in _UTC_NAMES:
+        raise r.err(
+            f"spark.conf.{_TIME_ZONE}",
+            f"deltamv evaluates every view in UTC, maintained or recomputed alike; {zone!r} is"
+            " not supported (convert in the view's SQL: from_utc_timestamp(ts, 'Europe/Paris'))",
+        )
+    return SparkConfig(r.string(s["master"], "spark.master") if "master" in s else None, settings)
+
+
+_TIME_ZONE = "spark.sql.session.timeZone"
+_UTC_NAMES = {"UTC", "ETC/UTC", "GMT", "ETC/GMT", "Z", "+00:00", "-00:00"}
 
 
 def _maintenance(r: _Reader, raw: Any) -> MaintenanceConfig:
