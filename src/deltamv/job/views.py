@@ -82,7 +82,8 @@ class ViewSet:
         self.views: dict[str, MaintainedView] = {}
         for name, view in config.views.items():
             plan = plans[name]
-            schema = spark_to_arrow(spark.sql(view.sql).schema)
+            assert plan.schema is not None
+            schema = spark_to_arrow(plan.schema)
             self.views[name] = self._classify(view, plan, schema)
 
     def _state_table(

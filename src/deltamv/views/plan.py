@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import StructType
 
 from deltamv.config import JobConfig
 
@@ -117,6 +118,7 @@ class ViewPlan:
     output_names: tuple[str, ...]
     text: str  # Spark's own rendering, for messages and fingerprints
     tables: frozenset[str] = field(default_factory=frozenset)
+    schema: StructType | None = None  # the view's columns as Spark analyses them
 
     @property
     def fingerprint(self) -> str:
@@ -272,5 +274,5 @@ def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> View
     root = _attach_outputs(root, jvm)
     return ViewPlan(
         name, root, tuple(df.columns), str(jvm.toString()),
-        frozenset(t for t in tables if t is not None),
+        frozenset(t for t in tables if t is not None), df.schema,
     )  # fmt: skip
