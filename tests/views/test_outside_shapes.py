@@ -18,14 +18,15 @@ import pytest
 from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
+from deltamv.job.views import MirrorFiles
 from deltamv.views.expr import Unsupported
 
-from .harness import Planned, Run, spark_check
+from .harness import Planned, Run, bag_of, spark_check
 
 TABLES = {
     "accounts": (
         "id BIGINT, owner STRING, big DECIMAL(38,4), wide DECIMAL(38,10), small DECIMAL(10,2),"
-        " mid DECIMAL(37,3), seen TIMESTAMP",
+        " mid DECIMAL(37,3), seen TIMESTAMP, rate DOUBLE",
         ("id",),
     ),
     "transfers": ("id BIGINT, amount DECIMAL(38,20)", ("id",)),
@@ -57,6 +58,14 @@ TIMESTAMP_VIEWS = {
     + ")",
 }
 
+# NaN rows found by a filter in the full evaluation over the mirrors' Parquet files
+NAN_VIEWS = {
+    "nan_eq": "SELECT id FROM accounts WHERE rate = CAST('NaN' AS DOUBLE)",
+    "nan_isnan": "SELECT id FROM accounts WHERE isnan(rate)",
+    "nan_max": "SELECT owner, MAX(rate) AS mx, COUNT(*) AS n FROM accounts"
+    " WHERE rate >= CAST('NaN' AS DOUBLE) GROUP BY owner",
+}
+
 # DuckDB cannot multiply to a scale beyond 38 (Spark rounds the product to its type)
 WIDE_PRODUCT = {"wide_product": "SELECT id, amount * amount AS sq FROM transfers"}
 
@@ -66,7 +75,7 @@ def outside(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> Pl
     return Planned.of(
         spark,
         TABLES,
-        {**VIEWS, **WIDE_PRODUCT, **TIMESTAMP_VIEWS},
+        {**VIEWS, **WIDE_PRODUCT, **TIMESTAMP_VIEWS, **NAN_VIEWS},
         Path(tmp_path_factory.mktemp("o")),
     )
 
@@ -79,7 +88,7 @@ def run(outside: Planned, compute: Compute) -> Iterator[Run]:
 
 
 def _account(key: int, **values: Any) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(("owner", "big", "wide", "small", "mid", "seen"))
+    row: dict[str, Any] = dict.fromkeys(("owner", "big", "wide", "small", "mid", "seen", "rate"))
     return {"id": key, **row, **values}
 
 
@@ -136,3 +145,28 @@ def test_timestamp_literals_are_utc_instants_in_any_machine_time_zone(
     finally:
         run.close()
         compute.close()
+
+
+def test_full_evaluation_over_mirror_files_finds_nan_rows(
+    spark: SparkSession, outside: Planned, compute: Compute, tmp_path: Path
+) -> None:
+    # The mirrors' Parquet files for a full evaluation (a view's first version) had
+    # min/max statistics, which leave NaN out; DuckDB skipped the row group by them.
+    nan = float("nan")
+    rows = [
+        _account(1, owner="a", rate=nan),
+        _account(2, owner="a", rate=2.0),
+        _account(3, owner="b", rate=-0.0),
+        _account(4, owner="b", rate=nan),
+    ]
+    run = Run(outside, sorted(NAN_VIEWS), compute)
+    try:
+        run.load({"accounts": rows, "transfers": []})
+        assert run.outputs["nan_eq"] == Counter({(1,): 1, (4,): 1})
+        with MirrorFiles(run.mirrors, tmp_path) as files:
+            for name, maintainer in run.views.items():
+                found = compute.query(maintainer.full_sql(files.base))
+                assert bag_of(found, maintainer.root.output) == run.outputs[name], name
+        assert spark_check(spark, run, NAN_VIEWS) == len(NAN_VIEWS)
+    finally:
+        run.close()

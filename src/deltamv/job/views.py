@@ -287,7 +287,9 @@ class MirrorFiles:
             mirror = self.mirrors[table]
             schema = pa.schema([f for f in mirror.schema if f.name != KEY])
             target = str(self.folder / f"{table}.parquet")
-            with pq.ParquetWriter(target, schema) as writer:
+            # No statistics: Parquet's min/max leave NaN out, and DuckDB's reader still
+            # skips row groups by them (a filter `f = NaN` or isnan(f) found no row).
+            with pq.ParquetWriter(target, schema, write_statistics=False) as writer:
                 for chunk in () if self.empty else mirror.scan():
                     writer.write_table(chunk.select(schema.names).cast(schema))
             self._paths[table] = target
