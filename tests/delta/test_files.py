@@ -103,6 +103,27 @@ def test_stats_leave_out_bounds_that_would_be_wrong(tmp_path) -> None:
     assert stats["nullCount"] == {"s": 0, "x": 0, "empty": 2}
 
 
+def test_spark_finds_nan_in_the_files_written(tmp_path, spark: SparkSession) -> None:
+    """Parquet's min and max leave NaN out, and Spark skips row groups by them: the files
+    carry no statistics for floating-point columns, so ``x = NaN`` finds its row."""
+    schema = pa.schema([("id", pa.int64()), ("x", pa.float64()), ("s", pa.string())])
+    data = pa.table(
+        {"id": [1, 2, 3], "x": [1.0, math.nan, 2.0], "s": ["a", "b", "c"]}, schema=schema
+    )
+    (f,) = write_arrow(data, str(tmp_path / "t"), schema=schema, prefix="a")
+    path = str(tmp_path / "t" / f.path)
+    chunk = pq.ParquetFile(path).metadata.row_group(0)
+    assert chunk.column(0).is_stats_set and chunk.column(2).is_stats_set
+    assert not chunk.column(1).is_stats_set
+    for pushdown in ("true", "false"):
+        spark.conf.set("spark.sql.parquet.filterPushdown", pushdown)
+        try:
+            found = spark.read.parquet(path).where("x = double('NaN')").select("id").collect()
+        finally:
+            spark.conf.unset("spark.sql.parquet.filterPushdown")
+        assert [r.id for r in found] == [2], pushdown
+
+
 def test_a_timestamp_at_the_end_of_year_9999_has_no_upper_bound(tmp_path) -> None:
     """Rounded up to milliseconds, the last microsecond of 9999 would be year 10000,
     which no reader parses: the file gets no upper bound for it (a lower one still)."""

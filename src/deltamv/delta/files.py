@@ -124,7 +124,10 @@ class _OpenFile:
         self._full_path = full_path
         self._name = name
         self.stats = StatsCollector(schema)
-        self._writer = pq.ParquetWriter(full_path, schema, filesystem=fs, compression="snappy")
+        self._writer = pq.ParquetWriter(
+            full_path, schema, filesystem=fs, compression="snappy",
+            write_statistics=_with_statistics(schema),
+        )  # fmt: skip
 
     def write(self, batch: pa.RecordBatch) -> None:
         self._writer.write_batch(batch)
@@ -139,6 +142,30 @@ class _OpenFile:
             "num_records": self.stats.num_records,
             "stats": self.stats.to_json(),
         }
+
+
+def _with_statistics(schema: pa.Schema) -> list[str] | bool:
+    """The columns whose Parquet statistics a file carries: not floating-point ones,
+    whose min and max leave NaN out, so that Spark's Parquet filter (``f = NaN``,
+    ``isnan(f)``) would skip the row groups holding NaN. Nor nested ones (their column
+    paths are the writer's). Readers skip files by the Delta log's statistics instead,
+    which bound such columns only where that is right (``_stats.py``)."""
+    if not any(_floating(f.type) for f in schema):
+        return True
+    plain = [f.name for f in schema if not pa.types.is_nested(f.type) and not _floating(f.type)]
+    return plain or False
+
+
+def _floating(t: pa.DataType) -> bool:
+    if pa.types.is_floating(t):
+        return True
+    if pa.types.is_struct(t):
+        return any(_floating(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _floating(t.value_type)
+    if pa.types.is_map(t):
+        return _floating(t.key_type) or _floating(t.item_type)
+    return False
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
