@@ -11,6 +11,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 
 from deltamv.check.commands import register_commands
@@ -26,34 +27,47 @@ def _run(args: argparse.Namespace) -> int:
     job: ViewJob | None = None
     signals = 0
 
-    def stop(signum: int, frame: object) -> None:
+    def stop(signum: int, frame: object = None) -> None:
         # Ctrl-C or SIGTERM: the streaming query stops, run() returns; a batch cut
         # short is replayed on the next start, never half-committed. A second one ends
         # the process at once: nothing is lost either (the kill tests' case).
         nonlocal signals
         signals += 1
         if signals > 1:
-            print("deltamv: stopped at once (a second signal); the next run replays"
-                  " the batch in progress", file=sys.stderr, flush=True)  # fmt: skip
-            os._exit(130)
+            try:
+                os.write(2, b"deltamv: stopped at once (a second signal); the next run"
+                            b" replays the batch in progress\n")  # fmt: skip
+            finally:
+                os._exit(128 + signum)
         if job is not None:
             job.request_stop()
 
-    # While Spark starts, a signal waits: PySpark's own Ctrl-C handler, set meanwhile,
-    # would call into the JVM in the middle of a call, and an interrupted start leaves a
-    # JVM that prints a stack trace.
-    held = {signal.SIGINT, signal.SIGTERM}
-    signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        started = ViewJob(config, build_spark(config))
-    finally:
-        signal.signal(signal.SIGTERM, stop)
-        signal.signal(signal.SIGINT, stop)
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, held)  # one that came runs stop() now
+    # Spark starts on a thread of its own: PySpark sets its own Ctrl-C handler only when
+    # started from the main thread (a handler that calls into the JVM in the middle of a
+    # call), and the main thread stays free to take signals: a first one stops the job
+    # once Spark has started (a start cut short leaves a JVM that prints a stack trace),
+    # a second one ends a start that hangs.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    started: list[ViewJob] = []
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            started.append(ViewJob(config, build_spark(config)))
+        except BaseException as exc:
+            failed.append(exc)
+
+    starting = threading.Thread(target=start, name="deltamv-start", daemon=True)
+    starting.start()
+    while starting.is_alive():
+        starting.join(0.2)  # (in short waits: signal handlers run meanwhile)
+    if failed:
+        raise failed[0]
+    job = started[0]
     if signals:
         logging.getLogger("deltamv").info("stopped on request before the job started")
         return 0
-    job = started
     job.run(once=args.once)
     return 0
 

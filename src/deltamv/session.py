@@ -156,9 +156,6 @@ def _jvm_ignoring_sigterm() -> Iterator[None]:
             if inner is not None:
                 inner()
             signal.signal(signal.SIGTERM, signal.SIG_IGN)  # kept across exec
-            # The CLI holds these signals while Spark starts; the JVM must not (its
-            # Python workers would inherit the mask and never end on SIGTERM).
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
 
         kwargs["preexec_fn"] = preexec
         return launch(*args, **kwargs)

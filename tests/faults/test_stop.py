@@ -20,15 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from deltamv.config import load_config
 
 from .harness import ROOT, KillHarness, _kill_group
 
 # The driver, with each batch starting late; then ``deltamv`` as the command line runs it.
 _SLOW_BATCHES = """
-import sys, time
+import os, sys, time
 from deltamv.job import batch
 
 run = batch.BatchRunner.run
@@ -46,6 +44,8 @@ build = session.build_spark
 
 def announced(config):
     print("spark starts", file=sys.stderr, flush=True)
+    if os.environ.get("HANG_AT_START"):  # a start that never ends (a master not there)
+        time.sleep(600)
     return build(config)
 
 session.build_spark = announced
@@ -60,51 +60,21 @@ path = "out/views/ranked"
 """
 
 
-@pytest.mark.parametrize(
-    ("signum", "to_group"),
-    [
-        pytest.param(signal.SIGINT, False, id="ctrl-c"),
-        pytest.param(signal.SIGTERM, True, id="sigterm-to-the-process-group"),
-    ],
-)
-def test_a_stop_mid_batch_is_quiet_exits_0_and_the_batch_is_replayed(
-    spark: Any, tmp_path: Path, signum: int, to_group: bool
+def test_sigterm_to_the_process_group_mid_batch_is_quiet_exits_0_and_the_batch_is_replayed(
+    spark: Any, tmp_path: Path
 ) -> None:
     harness = _harness(tmp_path)
-    proc, log_path = _launch(harness, tmp_path / "stopped.log")
-    try:
-        _wait_for(proc, log_path, "batch 0 starts")
-        time.sleep(1)  # inside the batch, before its view's recompute in Spark
-        tree = _tree(proc.pid)
-        if to_group:
-            os.killpg(proc.pid, signum)
-        else:
-            proc.send_signal(signum)
-        rc = proc.wait(timeout=300)
-        gone = _group_gone(proc.pid, timeout=60)
-    finally:
-        _kill_group(proc.pid)
-    output = log_path.read_text(errors="replace")
-    assert rc == 0, output[-3000:]
-    assert "StackOverflowError" not in output, output[:3000]
-    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
-    assert "stopped on request after" in output, output[-3000:]
-    assert gone, "a process of the job's group outlived its driver"
-    assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
-    assert _outlived(tree) == [], "a process the driver started outlived it"
-
+    _stop_mid_batch(harness, tmp_path / "stopped.log", signal.SIGTERM, to_group=True)
     harness.sim.publish(len(harness.sim.pending))
     harness.round([])  # the rest, and the batch the stop cut short, clean
     result = harness.check(spark)
     assert result.versions >= len(harness.sim.config.views)
 
 
-def test_a_stop_while_spark_starts_waits_for_it_and_a_second_signal_ends_the_job_at_once(
-    spark: Any, tmp_path: Path
-) -> None:
+def test_ctrl_c_while_spark_starts_then_mid_batch_then_twice(spark: Any, tmp_path: Path) -> None:
     harness = _harness(tmp_path)
-    # Ctrl-C while Spark starts: held until it has started, then the job stops, quietly
-    # (PySpark's own handler, or a JVM whose start was cut short, would print traces).
+    # Ctrl-C while Spark starts: the job stops once Spark has started, quietly (PySpark's
+    # own handler, or a JVM whose start was cut short, would print traces).
     proc, log_path = _launch(harness, tmp_path / "starting.log")
     try:
         _wait_for(proc, log_path, "spark starts")
@@ -119,6 +89,9 @@ def test_a_stop_while_spark_starts_waits_for_it_and_a_second_signal_ends_the_job
     assert "Traceback" not in output and "\tat " not in output, output[-3000:]
     assert gone, "a process of the job's group outlived its driver"
     assert _working_in(harness.sim.job_dir) == [], "a process outlived the driver"
+
+    # Ctrl-C in the middle of a batch: the job stops, quietly; the batch is replayed.
+    _stop_mid_batch(harness, tmp_path / "stopped.log", signal.SIGINT, to_group=False)
 
     # A second Ctrl-C does not wait for the batch in progress: the job ends at once.
     proc, log_path = _launch(harness, tmp_path / "twice.log")
@@ -147,6 +120,52 @@ def test_a_stop_while_spark_starts_waits_for_it_and_a_second_signal_ends_the_job
     assert result.versions >= len(harness.sim.config.views)
 
 
+def _stop_mid_batch(harness: KillHarness, log: Path, signum: int, *, to_group: bool) -> None:
+    """Stop a continuous run with ``signum`` inside its first batch: exit 0, no trace,
+    no process of its own left."""
+    proc, log_path = _launch(harness, log)
+    try:
+        _wait_for(proc, log_path, "batch 0 starts")
+        time.sleep(1)  # inside the batch, before its view's recompute in Spark
+        tree = _tree(proc.pid)
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        rc = proc.wait(timeout=300)
+        gone = _group_gone(proc.pid, timeout=60)
+    finally:
+        _kill_group(proc.pid)
+    output = log_path.read_text(errors="replace")
+    assert rc == 0, output[-3000:]
+    assert "StackOverflowError" not in output, output[:3000]
+    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
+    assert "stopped on request after" in output, output[-3000:]
+    assert gone, "a process of the job's group outlived its driver"
+    assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
+    assert _outlived(tree) == [], "a process the driver started outlived it"
+
+
+def test_a_second_signal_ends_a_start_that_hangs(tmp_path: Path) -> None:
+    """Signals are held while Spark starts; a second one still ends a start that never
+    returns (a master that is not there), at once."""
+    harness = _harness(tmp_path)
+    proc, log_path = _launch(harness, tmp_path / "hung.log", hang_at_start=True)
+    try:
+        _wait_for(proc, log_path, "spark starts")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert proc.poll() is None  # the first waits for the start
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=30)
+    finally:
+        _kill_group(proc.pid)
+    output = log_path.read_text(errors="replace")
+    assert rc == 128 + signal.SIGTERM, output[-3000:]
+    assert "stopped at once (a second signal)" in output, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+
+
 def _harness(tmp_path: Path) -> KillHarness:
     harness = KillHarness.create(
         tmp_path, seed=3, txns=120, segment_events=60, segments_per_batch=1000
@@ -159,11 +178,15 @@ def _harness(tmp_path: Path) -> KillHarness:
     return harness
 
 
-def _launch(harness: KillHarness, log_path: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def _launch(
+    harness: KillHarness, log_path: Path, *, hang_at_start: bool = False
+) -> tuple[subprocess.Popen[bytes], Path]:
     """A continuous ``deltamv run`` of ``harness``, in a process group of its own, with
     its output in ``log_path``."""
     env = dict(os.environ)
     env.pop("DELTAMV_CRASH_AT", None)
+    if hang_at_start:
+        env["HANG_AT_START"] = "1"
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
