@@ -136,4 +136,10 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     "sum_double": ("SELECT SUM(rate) AS s FROM accounts", "SUM of floating-point values"),
     "avg_double": ("SELECT owner, AVG(rate) AS r FROM accounts GROUP BY owner", "AVG of double"),
     "random": ("SELECT id, rand() AS r FROM accounts", "Rand"),
+    # Spark rounds the product to DECIMAL(38,6); the exact one outgrows DECIMAL(38)
+    "wide_product": (
+        "SELECT id, CAST(credit AS DECIMAL(38,18)) * CAST(credit AS DECIMAL(38,18)) AS sq"
+        " FROM accounts",
+        "Spark rounds the product to decimal(38,6)",
+    ),
 }

@@ -247,11 +247,16 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
             dl, dr = decimal_of(result_type(kids[0])), decimal_of(result_type(kids[1]))
             if dl and dr:
                 # DuckDB types a product of two decimals of at most 18 digits as at most
-                # DECIMAL(18), failing where Spark's wider type holds the result, and
-                # cannot multiply to a scale beyond 38 at all: multiply as DECIMAL(38)s
-                # (an exact product) and round to Spark's type.
-                if dl[1] + dr[1] > 38:
-                    raise Unsupported("decimal multiplication with a scale beyond 38")
+                # DECIMAL(18), failing where Spark's wider type holds the result: multiply
+                # as DECIMAL(38)s (an exact product), when Spark keeps its whole scale.
+                product = decimal_of(t)
+                if product is None or product[1] < dl[1] + dr[1]:
+                    # Spark rounds such a product to its type's scale; the exact product
+                    # can outgrow DECIMAL(38) where the rounded one fits
+                    raise Unsupported(
+                        f"decimal({dl[0]},{dl[1]}) * decimal({dr[0]},{dr[1]}): Spark rounds"
+                        f" the product to {t}"
+                    )
                 left = f"CAST({left} AS DECIMAL(38,{dl[1]}))"
                 right = f"CAST({right} AS DECIMAL(38,{dr[1]}))"
         return f"CAST(({left} {op} {right}) AS {duck_type(t)})"

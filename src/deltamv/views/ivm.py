@@ -1206,16 +1206,20 @@ def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> s
     """Spark's AVG of a DECIMAL(p,s) column, exactly, in integer arithmetic (DuckDB divides
     decimals in DOUBLE). Spark divides the sum by the count and rounds the quotient half
     up to the result type, DECIMAL(min(38, p+4), min(38, s+4)); this spells that out on
-    the sum's unscaled value, as a quotient and a remainder so that no intermediate
-    outgrows HUGEINT unless the result does (overflow is an error in DuckDB, never a
-    wrong value)."""
+    the sum's unscaled value, as a quotient and a remainder (overflow, of a sum past
+    HUGEINT, is an error in DuckDB, never a wrong value)."""
     _, s = dec
     result = decimal_of(dtype)
     assert result is not None
     rp, rs = result
     scale = 10 ** (rs - s)
     present = f"({cond}) AND ({arg}) IS NOT NULL"
-    total = f"sum(CASE WHEN {present} THEN CAST(({arg}) * {10**s} AS HUGEINT) END)"
+    # each value's unscaled integer from its digits (multiplying by 10^s in DECIMAL(38)
+    # would overflow for values Spark holds, as 123.5 in a DECIMAL(38,18))
+    unscaled_value = (
+        f"CAST(replace(CAST(CAST(({arg}) AS DECIMAL(38,{s})) AS VARCHAR), '.', '') AS HUGEINT)"
+    )
+    total = f"sum(CASE WHEN {present} THEN {unscaled_value} END)"
     n = f"CAST(count(CASE WHEN {present} THEN 1 END) AS HUGEINT)"
     # |total| / n at the result's scale, rounded half up (away from zero)
     whole = f"((abs({total}) // {n}) * {scale})"
@@ -1223,7 +1227,7 @@ def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> s
     unscaled = f"(CAST(sign({total}) AS HUGEINT) * ({whole} + {part}))"
     return (
         f"CASE WHEN {n} = 0 THEN NULL ELSE CAST(CAST({unscaled} AS DECIMAL(38,0))"
-        f" * CAST('{decimal.Decimal(1).scaleb(-rs)}' AS DECIMAL({rs + 1},{rs}))"
+        f" * CAST('{decimal.Decimal(1).scaleb(-rs)}' AS DECIMAL({min(38, rs + 1)},{rs}))"
         f" AS DECIMAL({rp},{rs})) END"
     )
 
