@@ -66,3 +66,33 @@ def test_maintain_incremental_accepts_a_view_inside_the_rules(
 ) -> None:
     views = _viewset(spark, compute, tmp_path, SHAPES["join_agg"], "incremental")
     assert views.views["v"].describe == "incremental"
+
+
+def test_a_new_version_of_the_maintenance_rules_rebuilds_every_view(
+    spark: SparkSession, compute: Compute, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fix to what the rules compute for an unchanged plan rebuilds each view once
+    (views.plan.MAINTENANCE_RULES is part of the fingerprint): its state and table are
+    not changed from rows the old rules wrote."""
+    from deltamv.state.store import ViewRecord
+    from deltamv.views import plan
+
+    config = job_config(TABLES, {"v": SHAPES["by_owner"]}, tmp_path)
+    store = StateStore(tmp_path / "state.db", job=config.name, start_ts=0)
+    try:
+        mirrors = {
+            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
+            for name, t in config.tables.items()
+        }
+        views = ViewSet(spark, config, store, compute, mirrors)
+        view = views.views["v"]
+        with store.transaction():
+            store.set_view(ViewRecord("v", view.mode, "", view.plan.fingerprint, True))
+            views.sync_state()
+        assert store.views()["v"].ready  # same rules, same plan: kept
+        monkeypatch.setattr(plan, "MAINTENANCE_RULES", plan.MAINTENANCE_RULES + 1)
+        with store.transaction():
+            views.sync_state()
+        assert not store.views()["v"].ready  # rebuilt at the next batch
+    finally:
+        store.close()
