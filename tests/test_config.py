@@ -96,7 +96,7 @@ def test_a_session_time_zone_other_than_utc_is_refused(tmp_path: Path) -> None:
     """Views are evaluated in UTC (docs/config.md): Spark's recompute and the incremental
     maintenance would otherwise disagree on a timestamp's date or hour."""
     zone = '\n[spark]\nconf = { "spark.sql.session.timeZone" = "%s" }\n'
-    for utc in ("UTC", "Etc/UTC", "gmt", "+00:00"):
+    for utc in ("UTC", "Etc/UTC", "gmt", "+00:00", "Zulu", "Etc/UCT"):
         config = load_config(write(tmp_path, GOOD + zone % utc))
         assert config.spark.conf["spark.sql.session.timeZone"] == utc
     with pytest.raises(ConfigError) as info:
@@ -125,3 +125,12 @@ def test_the_drivers_engine_works_in_utc_on_a_machine_in_another_zone() -> None:
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True
     )
     assert done.stdout.strip() == "[{'d': datetime.date(2024, 1, 1), 'h': 2}]", done.stdout
+
+
+def test_a_session_built_with_another_time_zone_is_refused() -> None:
+    """The same rule for a library caller's settings (build_spark's ``conf``)."""
+    from deltamv.errors import DeltaMVError
+    from deltamv.session import build_spark
+
+    with pytest.raises(DeltaMVError, match="evaluates every view in UTC"):
+        build_spark(conf={"spark.sql.session.timeZone": "Asia/Tokyo"})

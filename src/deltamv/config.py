@@ -449,18 +449,27 @@ def _spark(r: _Reader, raw: Any) -> SparkConfig:
     if not isinstance(conf, Mapping):
         raise r.err("spark.conf", "must be a table of Spark settings")
     settings = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in conf.items()}
-    zone = settings.get(_TIME_ZONE)
-    if zone is not None and zone.strip().upper() not in _UTC_NAMES:
+    zone = settings.get(TIME_ZONE)
+    if zone is not None and not is_utc(zone):
         raise r.err(
-            f"spark.conf.{_TIME_ZONE}",
+            f"spark.conf.{TIME_ZONE}",
             f"deltamv evaluates every view in UTC, maintained or recomputed alike; {zone!r} is"
             " not supported (convert in the view's SQL: from_utc_timestamp(ts, 'Europe/Paris'))",
         )
     return SparkConfig(r.string(s["master"], "spark.master") if "master" in s else None, settings)
 
 
-_TIME_ZONE = "spark.sql.session.timeZone"
-_UTC_NAMES = {"UTC", "ETC/UTC", "GMT", "ETC/GMT", "Z", "+00:00", "-00:00"}
+TIME_ZONE = "spark.sql.session.timeZone"
+_UTC_NAMES = {
+    *(f"{p}{n}" for p in ("", "ETC/") for n in ("UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0",
+                                              "UNIVERSAL", "ZULU", "GREENWICH")),
+    "Z", "+00:00", "-00:00", "UTC+00:00", "GMT+00:00",
+}  # fmt: skip
+
+
+def is_utc(zone: str) -> bool:
+    """Whether a Spark session time zone is UTC by one of its names."""
+    return zone.strip().upper() in _UTC_NAMES
 
 
 def _maintenance(r: _Reader, raw: Any) -> MaintenanceConfig:

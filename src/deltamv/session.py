@@ -13,15 +13,16 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltamv.config import JobConfig
+from deltamv.config import TIME_ZONE, JobConfig, is_utc
 from deltamv.delta import spark as delta_spark
+from deltamv.errors import DeltaMVError
 from deltamv.python_worker import worker_python
 
 DEFAULT_MASTER = "local[2]"
 log = logging.getLogger("deltamv.session")
 
 _DEFAULT_CONF = {
-    "spark.sql.session.timeZone": "UTC",
+    TIME_ZONE: "UTC",
     "spark.sql.shuffle.partitions": "4",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
@@ -76,6 +77,11 @@ def build_spark(
     if config:
         settings.update(config.spark.conf)
     settings.update(conf or {})
+    if not is_utc(settings.get(TIME_ZONE, "UTC")):
+        # (a config's [spark.conf] is refused earlier, naming its key)
+        raise DeltaMVError(
+            f"{TIME_ZONE} = {settings[TIME_ZONE]!r}: deltamv evaluates every view in UTC"
+        )
     settings[_JAVA_OPTIONS] = _driver_java_options(settings.get(_JAVA_OPTIONS, ""))
     settings.update(_delta_conf(settings))
     for key, value in settings.items():
