@@ -27,3 +27,11 @@ def test_a_pass_with_invariants_or_truth_says_consistent() -> None:
     assert "every version of every view is consistent" in _printed(CheckReport((held,), False))
     plain = ViewCheck("v", versions=3, truth_checked=3)
     assert "every version of every view is consistent" in _printed(CheckReport((plain,), True))
+
+
+def test_a_pass_names_the_views_whose_rows_nothing_checked() -> None:
+    held = ViewCheck("held", versions=3, invariants=["money"])
+    plain = ViewCheck("plain", versions=3)
+    out = _printed(CheckReport((held, plain), with_truth=False))
+    assert "the rows of plain were not checked" in out
+    assert "every version of every view is consistent where checked" in out
