@@ -228,9 +228,14 @@ def test_a_log_write_cut_short_does_not_keep_the_job_from_starting(spark: Any, b
     offsets.mkdir(parents=True)
     (offsets / ".0.6f1c2b7e-0c1d-4c55-9f0e-3a1d2b4c5e6f.tmp").write_text('v1\n{"batchWat')
     (offsets / "..0.6f1c2b7e-0c1d-4c55-9f0e-3a1d2b4c5e6f.tmp.crc").write_bytes(b"crc")
+    # and scratch a run killed in a full evaluation leaves (a mirror's Parquet copy)
+    stale = bank / "state" / "_checkpoint" / "tmp" / "mirrors-1" / "accounts.parquet"
+    stale.parent.mkdir(parents=True)
+    stale.write_bytes(b"PAR1")
     reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
     assert [r.watermark for r in reports if r.committed] == [115]
     assert sorted(p.name for p in offsets.iterdir() if not p.name.endswith(".crc")) == ["0"]
+    assert not stale.parent.exists()
 
 
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:

@@ -16,6 +16,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import threading
 import uuid
 from collections import deque
@@ -85,6 +86,9 @@ class ViewJob:
         check_sql(self.spark, self.config)
         check_owners(self.config)
         with _lock(self.checkpoint, self.config.name):
+            # Scratch a run killed or ended at once left behind (mirrors' Parquet copies,
+            # DuckDB's spill): nothing in it outlives a run.
+            shutil.rmtree(self.checkpoint / "tmp", ignore_errors=True)
             store = StateStore(
                 self.checkpoint / STATE_FILE, job=self.config.name, start_ts=upstream.start_ts()
             )
