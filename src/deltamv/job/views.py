@@ -82,7 +82,6 @@ class ViewSet:
         self.views: dict[str, MaintainedView] = {}
         for name, view in config.views.items():
             plan = plans[name]
-            assert plan.schema is not None
             schema = spark_to_arrow(plan.schema)
             self.views[name] = self._classify(view, plan, schema)
 

@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -124,8 +124,8 @@ class ViewPlan:
     root: Node
     output_names: tuple[str, ...]
     text: str  # Spark's own rendering, for messages and fingerprints
-    tables: frozenset[str] = field(default_factory=frozenset)
-    schema: StructType | None = None  # the view's columns as Spark analyses them
+    tables: frozenset[str]
+    schema: StructType  # the view's columns as Spark analyses them
 
     @property
     def fingerprint(self) -> str:
