@@ -75,44 +75,22 @@ def test_ctrl_c_while_spark_starts_then_mid_batch_then_twice(spark: Any, tmp_pat
     harness = _harness(tmp_path)
     # Ctrl-C while Spark starts: the job stops once Spark has started, quietly (PySpark's
     # own handler, or a JVM whose start was cut short, would print traces).
-    proc, log_path = _launch(harness, tmp_path / "starting.log")
-    try:
-        _wait_for(proc, log_path, "spark starts")
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=300)
-        gone = _group_gone(proc.pid, timeout=60)
-    finally:
-        _kill_group(proc.pid)
-    output = log_path.read_text(errors="replace")
+    rc, output, _ = _signalled(harness, tmp_path / "starting.log", "spark starts", [signal.SIGINT])
     assert rc == 0, output[-3000:]
     assert "stopped on request before the job started" in output, output[-3000:]
-    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
-    assert gone, "a process of the job's group outlived its driver"
     assert _working_in(harness.sim.job_dir) == [], "a process outlived the driver"
 
     # Ctrl-C in the middle of a batch: the job stops, quietly; the batch is replayed.
     _stop_mid_batch(harness, tmp_path / "stopped.log", signal.SIGINT, to_group=False)
 
     # A second Ctrl-C does not wait for the batch in progress: the job ends at once.
-    proc, log_path = _launch(harness, tmp_path / "twice.log")
-    try:
-        _wait_for(proc, log_path, "batch 0 starts")
-        tree = _tree(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        rc = proc.wait(timeout=300)
-        gone = _group_gone(proc.pid, timeout=60)
-    finally:
-        _kill_group(proc.pid)
-    output = log_path.read_text(errors="replace")
+    rc, output, tree = _signalled(
+        harness, tmp_path / "twice.log", "batch 0 starts", [signal.SIGINT, signal.SIGINT]
+    )
     assert rc == 130, output[-3000:]
     assert "stopped at once (a second signal)" in output, output[-3000:]
     assert "stopped on request after" not in output, output[-3000:]  # it did not wait
-    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
-    assert gone, "a process of the job's group outlived its driver"
     assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
-    assert _outlived(tree) == [], "a process the driver started outlived it"
 
     harness.sim.publish(len(harness.sim.pending))
     harness.round([])  # the batch cut short, and the rest
@@ -123,32 +101,52 @@ def test_ctrl_c_while_spark_starts_then_mid_batch_then_twice(spark: Any, tmp_pat
 def _stop_mid_batch(harness: KillHarness, log: Path, signum: int, *, to_group: bool) -> None:
     """Stop a continuous run with ``signum`` inside its first batch: exit 0, no trace,
     no process of its own left."""
+    rc, output, tree = _signalled(
+        harness, log, "batch 0 starts", [signum], settle=1, to_group=to_group
+    )  # (settled inside the batch, before its view's recompute in Spark)
+    assert rc == 0, output[-3000:]
+    assert "StackOverflowError" not in output, output[:3000]
+    assert "stopped on request after" in output, output[-3000:]
+    assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
+
+
+def _signalled(
+    harness: KillHarness,
+    log: Path,
+    line: str,
+    signals: list[int],
+    *,
+    settle: float = 0,
+    to_group: bool = False,
+) -> tuple[int, str, set[tuple[int, str]]]:
+    """Launch a continuous run, wait for ``line`` (and ``settle`` seconds), send
+    ``signals`` half a second apart; its exit code, output and process tree at the first
+    signal. Whatever the signals, no trace is printed and no process it started is left."""
     proc, log_path = _launch(harness, log)
     try:
-        _wait_for(proc, log_path, "batch 0 starts")
-        time.sleep(1)  # inside the batch, before its view's recompute in Spark
+        _wait_for(proc, log_path, line)
+        time.sleep(settle)
         tree = _tree(proc.pid)
-        if to_group:
-            os.killpg(proc.pid, signum)
-        else:
-            proc.send_signal(signum)
+        for i, signum in enumerate(signals):
+            time.sleep(0.5 if i else 0)
+            if to_group:
+                os.killpg(proc.pid, signum)
+            else:
+                proc.send_signal(signum)
         rc = proc.wait(timeout=300)
         gone = _group_gone(proc.pid, timeout=60)
     finally:
         _kill_group(proc.pid)
     output = log_path.read_text(errors="replace")
-    assert rc == 0, output[-3000:]
-    assert "StackOverflowError" not in output, output[:3000]
     assert "Traceback" not in output and "\tat " not in output, output[-3000:]
-    assert "stopped on request after" in output, output[-3000:]
     assert gone, "a process of the job's group outlived its driver"
-    assert len(tree) > 2, tree  # the driver, its JVM, the JVM's Python workers
     assert _outlived(tree) == [], "a process the driver started outlived it"
+    return rc, output, tree
 
 
 def test_a_second_signal_ends_a_start_that_hangs(tmp_path: Path) -> None:
-    """Signals are held while Spark starts; a second one still ends a start that never
-    returns (a master that is not there), at once."""
+    """Spark starts on a thread of its own, and the main thread takes the signals: a
+    second one ends a start that never returns (a master that is not there), at once."""
     harness = _harness(tmp_path)
     proc, log_path = _launch(harness, tmp_path / "hung.log", hang_at_start=True)
     try:
