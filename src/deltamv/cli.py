@@ -27,7 +27,7 @@ def _run(args: argparse.Namespace) -> int:
     job: ViewJob | None = None
     signals = 0
 
-    def stop(signum: int, frame: object = None) -> None:
+    def stop(signum: int, frame: object) -> None:
         # Ctrl-C or SIGTERM: the streaming query stops, run() returns; a batch cut
         # short is replayed on the next start, never half-committed. A second one ends
         # the process at once: nothing is lost either (the kill tests' case).

@@ -12,7 +12,7 @@ checkpoints and vacuums without adding a version.
 from __future__ import annotations
 
 from deltamv.delta.commit import CommitResult, committed_batch, owner_of, table_version
-from deltamv.delta.files import DataFile, write_arrow
+from deltamv.delta.files import DataFile, parquet_statistics, write_arrow
 from deltamv.delta.layout import DEFAULT_TARGET_FILE_ROWS, FileRange, KeyRangeLayout
 from deltamv.delta.read import (
     VersionInfo,
@@ -47,6 +47,7 @@ __all__ = [
     "committed_batch",
     "file_uris",
     "owner_of",
+    "parquet_statistics",
     "read_arrow",
     "read_spark",
     "spark_to_arrow",

@@ -126,7 +126,7 @@ class _OpenFile:
         self.stats = StatsCollector(schema)
         self._writer = pq.ParquetWriter(
             full_path, schema, filesystem=fs, compression="snappy",
-            write_statistics=_with_statistics(schema),
+            write_statistics=parquet_statistics(schema),
         )  # fmt: skip
 
     def write(self, batch: pa.RecordBatch) -> None:
@@ -144,28 +144,16 @@ class _OpenFile:
         }
 
 
-def _with_statistics(schema: pa.Schema) -> list[str] | bool:
-    """The columns whose Parquet statistics a file carries: not floating-point ones,
-    whose min and max leave NaN out, so that Spark's Parquet filter (``f = NaN``,
-    ``isnan(f)``) would skip the row groups holding NaN. Nor nested ones (their column
-    paths are the writer's). Readers skip files by the Delta log's statistics instead,
-    which bound such columns only where that is right (``_stats.py``)."""
-    if not any(_floating(f.type) for f in schema):
-        return True
-    plain = [f.name for f in schema if not pa.types.is_nested(f.type) and not _floating(f.type)]
-    return plain or False
-
-
-def _floating(t: pa.DataType) -> bool:
-    if pa.types.is_floating(t):
-        return True
-    if pa.types.is_struct(t):
-        return any(_floating(t.field(i).type) for i in range(t.num_fields))
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _floating(t.value_type)
-    if pa.types.is_map(t):
-        return _floating(t.key_type) or _floating(t.item_type)
-    return False
+def parquet_statistics(schema: pa.Schema) -> list[str] | bool:
+    """The columns whose Parquet statistics a file of ``schema`` carries: not
+    floating-point ones, whose min and max leave NaN out, so that Spark's and DuckDB's
+    Parquet readers would skip the row groups holding NaN (``f = NaN``, ``isnan(f)``);
+    nor nested ones (which may hold such values, under column paths of the writer's).
+    Readers of a table skip files by the Delta log's statistics instead, which bound such
+    columns only where that is right (``_stats.py``)."""
+    plain = [f.name for f in schema if not pa.types.is_nested(f.type)
+             and not pa.types.is_floating(f.type)]  # fmt: skip
+    return True if len(plain) == len(schema) else plain or False
 
 
 def _conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -59,7 +59,7 @@ from deltamv.postgres import (
 )
 from deltamv.postgres.changes import column_diff
 from deltamv.postgres.source import SOURCE_NAME
-from deltamv.postgres.timestamps import commit_tso
+from deltamv.postgres.timestamps import commit_tso, server_time_us
 from deltamv.state.store import StateStore
 
 __all__ = [
@@ -262,7 +262,7 @@ class PostgresUpstream:
             # copy holds every transaction committed before the consistent point, and the
             # slot waited for those running when it was asked for, so a time taken before
             # it could precede commits the first versions include.
-            snapshot_us = _server_time_us(self._connection())
+            snapshot_us = server_time_us(self._connection())
             faults.point("after-slot")
             created = replace(origin, consistent_lsn=exported.consistent_lsn)
             kept = False
@@ -406,12 +406,6 @@ class PostgresUpstream:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
-
-
-def _server_time_us(conn: Any) -> int:
-    """The server's clock (µs since the Unix epoch): the clock its commit times come from."""
-    row = conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8").fetchone()
-    return int(row[0])
 
 
 def resolved_tables(config: JobConfig) -> Mapping[str, TableConfig]:

@@ -26,7 +26,7 @@ from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, ViewConfig
-from deltamv.delta import spark_to_arrow
+from deltamv.delta import parquet_statistics, spark_to_arrow
 from deltamv.errors import ConfigError, DeltaMVError
 from deltamv.state.keyed import KEY, KeyedTable, Mirror
 from deltamv.state.store import StateStore, ViewRecord
@@ -286,9 +286,8 @@ class MirrorFiles:
             mirror = self.mirrors[table]
             schema = pa.schema([f for f in mirror.schema if f.name != KEY])
             target = str(self.folder / f"{table}.parquet")
-            # No statistics: Parquet's min/max leave NaN out, and DuckDB's reader still
-            # skips row groups by them (a filter `f = NaN` or isnan(f) found no row).
-            with pq.ParquetWriter(target, schema, write_statistics=False) as writer:
+            statistics = parquet_statistics(schema)  # (none that would skip NaN rows)
+            with pq.ParquetWriter(target, schema, write_statistics=statistics) as writer:
                 for chunk in () if self.empty else mirror.scan():
                     writer.write_table(chunk.select(schema.names).cast(schema))
             self._paths[table] = target

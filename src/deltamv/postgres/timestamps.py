@@ -11,9 +11,11 @@ transactions share a millisecond).
 
 from __future__ import annotations
 
+from typing import Any
+
 from deltamv import tso
 
-__all__ = ["PG_EPOCH_US", "commit_tso", "pg_time_to_unix_us"]
+__all__ = ["PG_EPOCH_US", "commit_tso", "pg_time_to_unix_us", "server_time_us"]
 
 PG_EPOCH_US = 946_684_800_000_000
 """Microseconds from the Unix epoch to PostgreSQL's (2000-01-01 00:00 UTC)."""
@@ -36,3 +38,10 @@ def commit_tso(commit_time_us: int, previous: int) -> int:
         raise ValueError(f"previous TSO must be >= 0, got {previous}")
     candidate = tso.compose(max(commit_time_us, 0) // 1000, 0)
     return max(candidate, previous + 1)
+
+
+def server_time_us(conn: Any) -> int:
+    """The server's clock now (µs since the Unix epoch): the clock its commit times come
+    from (on a primary)."""
+    row = conn.execute("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::int8").fetchone()
+    return int(row[0])

@@ -159,16 +159,11 @@ def to_sql_literal(value: Any, dtype: Any) -> str:
             return f"(DATE '1970-01-01' + INTERVAL ({int(text)}) DAY)::DATE"
         return f"DATE {_quote(text)}"
     if dtype in ("timestamp", "timestamp_ntz"):
+        # Read in DuckDB's TimeZone, which the driver's engine sets to UTC (compute.py),
+        # as deltamv's Spark sessions render them.
         if text.lstrip("-").isdigit():  # microseconds since the epoch (UTC)
-            naive = f"make_timestamp(CAST({int(text)} AS BIGINT))"
-        else:
-            # Rendered in the session time zone, which deltamv's sessions set to UTC.
-            naive = f"CAST({_quote(text)} AS TIMESTAMP)"
-        if dtype == "timestamp":
-            # An instant: a naive time cast to TIMESTAMPTZ would be read in DuckDB's
-            # TimeZone, which is the machine's, not UTC.
-            return f"({naive} AT TIME ZONE 'UTC')"
-        return naive
+            return f"CAST(make_timestamp(CAST({int(text)} AS BIGINT)) AS {t})"
+        return f"CAST({_quote(text)} AS {t})"
     if dtype == "binary":
         raise Unsupported("binary literals")
     return f"CAST({_quote(text)} AS {t})"

@@ -122,10 +122,13 @@ class Node:
 class ViewPlan:
     view: str
     root: Node
-    output_names: tuple[str, ...]
     text: str  # Spark's own rendering, for messages and fingerprints
     tables: frozenset[str]
     schema: StructType  # the view's columns as Spark analyses them
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(self.schema.names)
 
     @property
     def fingerprint(self) -> str:
@@ -282,6 +285,6 @@ def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> View
     root, _ = _read_plan(nodes, 0, iter(tables))
     root = _attach_outputs(root, jvm)
     return ViewPlan(
-        name, root, tuple(df.columns), str(jvm.toString()),
+        name, root, str(jvm.toString()),
         frozenset(t for t in tables if t is not None), df.schema,
     )  # fmt: skip
