@@ -31,6 +31,15 @@ def test_killed_at_the_risky_points_and_restarted_nothing_lost_or_doubled(
     assert harness.kills >= 3, harness.attempts
     result = harness.check(spark)
     assert result.versions >= len(harness.sim.config.views) * 2
+    # The run after each kill says what it found of the killed batch.
+    said = {"point:after-commit:3": "resumed (an earlier run ingested it",
+            "point:after-finish:1": "finished by an earlier run (Spark replays it)"}  # fmt: skip
+    assert harness.logs is not None
+    after = {a.mode: n + 1 for n, a in enumerate(harness.attempts) if a.killed and a.mode in said}
+    assert after.keys() == said.keys(), harness.attempts
+    for mode, n in after.items():
+        log = (harness.logs / f"attempt-{n:04d}.log").read_text()
+        assert said[mode] in log, f"after {mode}: {log[-2000:]}"
 
 
 @pytest.mark.long

@@ -56,7 +56,10 @@ _ORDER = {"mirror": 0, "table": 1, "view": 2}
 @dataclass(frozen=True)
 class BatchReport:
     """What one batch did. ``phases`` holds seconds per step (read, match, maintain,
-    state, publish, finish), ``written`` the rows, files and bytes its commits wrote."""
+    state, publish, finish), ``written`` the rows, files and bytes its commits wrote.
+    ``replay``: "" for a new batch; "ingested" when an earlier run ingested it and was
+    stopped before it finished (this run published it; ``events`` and ``released`` count
+    nothing then); "finished" when an earlier run finished it (nothing was done)."""
 
     batch: int
     events: int
@@ -66,13 +69,14 @@ class BatchReport:
     duration_ms: int
     phases: Mapping[str, float] = field(default_factory=dict)
     written: Mapping[str, int] = field(default_factory=dict)
+    replay: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
             "batch": self.batch, "events": self.events, "released": self.released,
             "watermark": self.watermark, "committed": self.committed,
             "duration_ms": self.duration_ms, "phases": dict(self.phases),
-            "written": dict(self.written),
+            "written": dict(self.written), "replay": self.replay,
         }  # fmt: skip
 
 
@@ -129,8 +133,9 @@ class BatchRunner:
                 " and new output paths"
             )
         if batch <= progress.applied_batch:
-            return BatchReport(batch, 0, 0, progress.watermark, False, 0)  # done before a crash
+            return BatchReport(batch, 0, 0, progress.watermark, False, 0, replay="finished")
         events = released = 0
+        replay = "ingested" if batch == progress.batch else ""
         with self.views.mirrors_written_once(self.scratch):
             if batch > progress.batch:
                 result = self._ingest(batch, clock)
@@ -140,7 +145,7 @@ class BatchRunner:
         committed = bool(self.store.outbox.entries(batch))
         duration = int((time.monotonic() - started) * 1000)
         report = BatchReport(batch, events, released, watermark, committed, duration,
-                             clock.phases, written)  # fmt: skip
+                             clock.phases, written, replay)  # fmt: skip
         faults.point("before-finish")
         self.store.finish_batch(
             batch, committed_watermark=watermark if committed else None, duration_ms=duration,
@@ -150,7 +155,8 @@ class BatchRunner:
         clock.lap("finish")
         self.upstream.after_batch(batch)
         return BatchReport(batch, events, released, watermark, committed,
-                           int((time.monotonic() - started) * 1000), clock.phases, written)  # fmt: skip
+                           int((time.monotonic() - started) * 1000), clock.phases, written,
+                           replay)  # fmt: skip
 
     def _ingest(self, batch: int, clock: _Clock) -> IngestResult:
         with self.store.transaction():

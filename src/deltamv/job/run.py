@@ -378,16 +378,25 @@ def _storage_error(exc: BaseException) -> StorageError | None:
 
 
 def _log_report(report: BatchReport) -> None:
+    if report.replay == "finished":
+        log.info("batch %d: finished by an earlier run (Spark replays it); nothing to do",
+                 report.batch)  # fmt: skip
+        return
+    what = (
+        "resumed (an earlier run ingested it and stopped before it finished)"
+        if report.replay
+        else f"events {report.events}, rows released {report.released}"
+    )
     if report.committed:
         log.info(
-            "batch %d: events %d, rows released %d, watermark %d, lag %d ms, %d ms",
-            report.batch, report.events, report.released, report.watermark,
-            tso.lag_ms(report.watermark), report.duration_ms,
+            "batch %d: %s, watermark %d, lag %d ms, %d ms",
+            report.batch, what, report.watermark, tso.lag_ms(report.watermark),
+            report.duration_ms,
         )  # fmt: skip
     else:
         log.info(
-            "batch %d: events %d, %d ms; no new watermark yet, nothing committed",
-            report.batch, report.events, report.duration_ms,
+            "batch %d: %s, %d ms; no new watermark yet, nothing committed",
+            report.batch, what, report.duration_ms,
         )  # fmt: skip
 
 
