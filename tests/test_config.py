@@ -105,6 +105,20 @@ def test_a_session_time_zone_other_than_utc_is_refused(tmp_path: Path) -> None:
     assert "'America/New_York'" in str(info.value) and "\n" not in str(info.value)
 
 
+def test_spark_without_ansi_mode_is_refused(tmp_path: Path) -> None:
+    """Views are evaluated in ANSI mode: the incremental engine fails where Spark's ANSI
+    mode fails (a division by zero), so a recompute without it would disagree."""
+    ansi = '\n[spark]\nconf = { "spark.sql.ansi.enabled" = %s }\n'
+    for on in ("true", '"true"', '"TRUE"'):
+        config = load_config(write(tmp_path, GOOD + ansi % on))
+        assert config.spark.conf["spark.sql.ansi.enabled"].lower() == "true"
+    for off in ("false", '"false"', '"no"'):
+        with pytest.raises(ConfigError) as info:
+            load_config(write(tmp_path, GOOD + ansi % off))
+        assert info.value.key == "spark.conf.spark.sql.ansi.enabled"
+        assert "try_divide" in str(info.value) and "\n" not in str(info.value)
+
+
 def test_a_session_built_with_another_time_zone_is_refused() -> None:
     """The same rule for a library caller's settings (build_spark's ``conf``)."""
     from deltamv.errors import DeltaMVError
@@ -112,3 +126,5 @@ def test_a_session_built_with_another_time_zone_is_refused() -> None:
 
     with pytest.raises(DeltaMVError, match="evaluates every view in UTC"):
         build_spark(conf={"spark.sql.session.timeZone": "Asia/Tokyo"})
+    with pytest.raises(DeltaMVError, match="ANSI mode"):
+        build_spark(conf={"spark.sql.ansi.enabled": "false"})

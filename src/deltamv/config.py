@@ -456,10 +456,19 @@ def _spark(r: _Reader, raw: Any) -> SparkConfig:
             f"deltamv evaluates every view in UTC, maintained or recomputed alike; {zone!r} is"
             " not supported (convert in the view's SQL: from_utc_timestamp(ts, 'Europe/Paris'))",
         )
+    ansi = settings.get(ANSI)
+    if ansi is not None and ansi.strip().lower() != "true":
+        raise r.err(
+            f"spark.conf.{ANSI}",
+            f"deltamv evaluates every view in Spark's ANSI mode, maintained or recomputed"
+            f" alike; {ansi!r} is not supported (where a row may fail, say so in the view's"
+            " SQL: try_divide, try_cast, try_add)",
+        )
     return SparkConfig(r.string(s["master"], "spark.master") if "master" in s else None, settings)
 
 
 TIME_ZONE = "spark.sql.session.timeZone"
+ANSI = "spark.sql.ansi.enabled"
 _UTC_NAMES = {
     *(f"{p}{n}" for p in ("", "ETC/") for n in ("UTC", "UCT", "GMT", "GMT0", "GMT+0", "GMT-0",
                                               "UNIVERSAL", "ZULU", "GREENWICH")),

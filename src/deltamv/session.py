@@ -13,7 +13,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from deltamv.config import TIME_ZONE, JobConfig, is_utc
+from deltamv.config import ANSI, TIME_ZONE, JobConfig, is_utc
 from deltamv.delta import spark as delta_spark
 from deltamv.errors import DeltaMVError
 from deltamv.python_worker import worker_python
@@ -28,7 +28,7 @@ _DEFAULT_CONF = {
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.sql.streaming.stopGracefullyOnShutdown": "true",
-    "spark.sql.ansi.enabled": "true",
+    ANSI: "true",
     # A continuous job runs several Spark jobs per batch forever; Spark's status store
     # keeps up to 1000 jobs and 100,000 tasks by default. Nobody reads them (no UI), so
     # keep few: less JVM heap held in a long run.
@@ -81,6 +81,10 @@ def build_spark(
         # (a config's [spark.conf] is refused earlier, naming its key)
         raise DeltaMVError(
             f"{TIME_ZONE} = {settings[TIME_ZONE]!r}: deltamv evaluates every view in UTC"
+        )
+    if settings[ANSI].strip().lower() != "true":
+        raise DeltaMVError(
+            f"{ANSI} = {settings[ANSI]!r}: deltamv evaluates every view in Spark's ANSI mode"
         )
     settings[_JAVA_OPTIONS] = _driver_java_options(settings.get(_JAVA_OPTIONS, ""))
     settings.update(_delta_conf(settings))

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from deltamv import delta
 from tests.helpers.bank import (
     GOOD_1_2,
     GOOD_2_2,
@@ -173,3 +174,60 @@ def test_a_bad_record_through_a_real_process_is_one_line(bank: Path) -> None:
     assert len(errors) == 1 and errors[0].startswith("deltamv: error: bad record at "), proc.stderr
     assert "region-2/000002.jsonl:4" in errors[0]
     assert "Traceback" not in proc.stderr and "\tat " not in proc.stderr, proc.stderr
+
+
+def test_a_view_failing_on_the_data_stops_the_job_in_one_line_until_its_sql_changes(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A view's SQL that fails on a row (a division by zero; Spark's ANSI mode fails
+    there too) stops the job with one line naming the view, maintained incrementally (in
+    the batch's state transaction: nothing of the batch is committed) or recomputed by
+    Spark (when its turn to be published comes); once its SQL is changed, the job goes on
+    from that batch."""
+    import subprocess
+    import sys
+
+    import deltalake
+
+    failing = "SELECT id, 1000 DIV (balance - 50) AS q FROM accounts"
+    config = bank / "config.toml"
+    config.write_text(config.read_text() + "".join(
+        f'\n[views.ratio_{mode[:3]}]\nsql = "{failing}"\npath = "out/views/ratio_{mode[:3]}"'
+        f'\nmaintain = "{mode}"\n'
+        for mode in ("incremental", "recompute")
+    ))  # fmt: skip
+    assert run_cli(bank, capsys) == (0, None)
+    segment(bank, 1, 2, GOOD_1_2)  # account 1 goes down to 50
+    segment(bank, 2, 2, GOOD_2_2)
+    code, error = run_cli(bank, capsys)
+    assert code == 1 and error is not None
+    assert error.startswith("deltamv: error: view ratio_inc: its SQL fails on the data: ")
+    assert "DIVIDE_BY_ZERO" in error and "change the view's SQL" in error, error
+    assert view_state(bank) == FIRST  # the state transaction rolled back: nothing committed
+
+    def fix(view: str) -> None:
+        text = config.read_text().split(f"[views.{view}]")
+        text[1] = text[1].replace("(balance - 50)", "NULLIF(balance - 50, 0)", 1)
+        config.write_text(f"[views.{view}]".join(text))
+
+    fix("ratio_inc")
+    proc = subprocess.run(
+        [sys.executable, "-m", "deltamv.cli", "run", str(config), "--once"],
+        capture_output=True, text=True, timeout=300, cwd=bank,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert len(errors) == 1, proc.stderr
+    assert errors[0].startswith("deltamv: error: view ratio_rec: its SQL fails on the data: ")
+    assert "DIVIDE_BY_ZERO" in errors[0] and "ansi" not in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr and "\tat " not in proc.stderr, proc.stderr
+    rec = str(bank / "out" / "views" / "ratio_rec")
+    assert [v.watermark for v in delta.versions(rec)] == [115]
+
+    fix("ratio_rec")
+    assert_resumes(spark, bank, capsys)
+    for view in ("ratio_inc", "ratio_rec"):
+        path = str(bank / "out" / "views" / view)
+        assert [v.watermark for v in delta.versions(path)] == [115, 140]
+        rows = deltalake.DeltaTable(path).to_pyarrow_table().sort_by("id").to_pylist()
+        assert rows == [{"id": 1, "q": None}, {"id": 2, "q": 20}, {"id": 7, "q": 10}], view

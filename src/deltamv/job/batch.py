@@ -38,7 +38,7 @@ from deltamv.delta.sink import Delta, NoChange, Replace, TableSink
 from deltamv.errors import StateError
 from deltamv.job.targets import Target
 from deltamv.job.upstream import Upstream
-from deltamv.job.views import ViewSet
+from deltamv.job.views import ViewSet, view_errors
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.state.keyed import KEY, Mirror
 from deltamv.state.store import StateStore
@@ -322,7 +322,9 @@ class BatchRunner:
             # The job reads its own tables by file list: no Delta log replay per batch.
             read_spark(self.spark, path, engine="files").createOrReplaceTempView(table)
         df = self.spark.sql(self.config.views[view].sql)
-        return df.toArrow().cast(self.views.views[view].schema)
+        with view_errors(view):
+            rows = df.toArrow()
+        return rows.cast(self.views.views[view].schema)
 
     def _copy_path(self, table: str) -> str:
         for target in self.targets.values():

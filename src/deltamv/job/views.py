@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +23,13 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.errors import (
+    ArithmeticException,
+    ArrayIndexOutOfBoundsException,
+    DateTimeException,
+    NumberFormatException,
+    SparkRuntimeException,
+)
 from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
@@ -149,7 +157,7 @@ class ViewSet:
         out: dict[str, pa.Table | None] = {}
         for name, view in self.views.items():
             if view.maintainer is not None and self.ready(name):
-                with _view_errors(name):
+                with view_errors(name):
                     out[name] = view.maintainer.delta(b)
         return out
 
@@ -191,7 +199,7 @@ class ViewSet:
                 for name in todo:
                     maintainer = self.views[name].maintainer
                     assert maintainer is not None
-                    with _view_errors(name):
+                    with view_errors(name):
                         for op in maintainer.ops():
                             if isinstance(op, AggregateOp) and op.state is not None:
                                 op.build(self.compute, op.child.full_sql(files.base), {})
@@ -207,7 +215,7 @@ class ViewSet:
         view = self.views[name]
         maintainer = view.maintainer
         assert maintainer is not None
-        with MirrorFiles(self.mirrors, scratch, empty=True) as files, _view_errors(name):
+        with MirrorFiles(self.mirrors, scratch, empty=True) as files, view_errors(name):
             rows = self.compute.query(maintainer.full_sql(files.base))
         z = maintainer.named(conform(rows, maintainer.root.output))
         return z if like is None else z.cast(like.schema)
@@ -216,20 +224,39 @@ class ViewSet:
         """The whole current content of an incremental view, from the mirrors."""
         view = self.views[name]
         assert view.maintainer is not None
-        with self._mirror_files(scratch) as files, _view_errors(name):
+        with self._mirror_files(scratch) as files, view_errors(name):
             rows = self.compute.query(view.maintainer.full_sql(files.base))
         return _expand(rows, view)
 
 
+_SPARK_DATA_ERRORS = (
+    ArithmeticException,  # division by zero, overflow
+    NumberFormatException,  # a cast of a string that is not a number
+    DateTimeException,
+    ArrayIndexOutOfBoundsException,
+    SparkRuntimeException,  # raise_error(), and other failures on a row's values
+)
+
+
+# Spark's advice, which a job's config refuses (deltamv evaluates views in ANSI mode)
+_ANSI_OFF_HINT = re.compile(r'If necessary set "?spark\.sql\.ansi\.enabled"? to "?false"?[^.]*\.')
+
+
 @contextlib.contextmanager
-def _view_errors(view: str) -> Iterator[None]:
-    """A view's SQL failing on the data (an overflow, a division by zero, as Spark's ANSI
-    mode would fail too) as one line naming the view."""
+def view_errors(view: str) -> Iterator[None]:
+    """A view's SQL failing on the data (an overflow, a division by zero, a cast that
+    cannot be made: Spark's ANSI mode fails there, and so does the incremental engine,
+    in DuckDB) as one line naming the view. Its first line says what failed; the rest
+    (the SQL with a caret, Spark's JVM trace) is left out."""
     try:
         yield
-    except (duckdb.Error, ArithmeticError) as exc:
-        text = " ".join(str(exc).split())
-        raise DeltaMVError(f"view {view}: its SQL fails on the data: {text[:300]}") from None
+    except (duckdb.Error, ArithmeticError, *_SPARK_DATA_ERRORS) as exc:
+        first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        text = " ".join(_ANSI_OFF_HINT.sub("", first).split())
+        raise DeltaMVError(
+            f"view {view}: its SQL fails on the data: {text[:300]} (the batch is tried again"
+            " at the next start: change the view's SQL, or remove the view)"
+        ) from None
 
 
 def _layout(plan: ViewPlan, schema: pa.Schema) -> tuple[str, ...]:
