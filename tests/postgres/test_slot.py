@@ -54,8 +54,8 @@ def test_publication_created_then_checked(pg: psycopg.Connection) -> None:
         ensure_publication(pg, "partial", tables[:1])
     pg.execute("CREATE PUBLICATION everything FOR ALL TABLES")
     assert ensure_publication(pg, "everything", [*tables, more]) is False
-    drop_publication(pg, "pub")
-    drop_publication(pg, "pub")  # idempotent
+    assert drop_publication(pg, "pub") is True
+    assert drop_publication(pg, "pub") is False  # idempotent: it says it was gone
     assert pg.execute("SELECT count(*) FROM pg_publication WHERE pubname = 'pub'").fetchone() == (
         0,
     )

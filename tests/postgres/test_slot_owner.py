@@ -9,6 +9,7 @@ first start refuses with one line and leaves it, and PostgreSQL, alone.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -20,7 +21,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from deltamv import delta
+from deltamv import cli, delta
 from deltamv.config import load_config
 from deltamv.errors import StateError
 from deltamv.job import ViewJob
@@ -81,10 +82,12 @@ def test_a_slot_somebody_else_made_is_refused_and_left_alone(
 
 
 def test_another_checkpoint_of_the_same_job_keeps_its_slot(
-    spark: Any, pg_dsn: str, tmp_path: Path
+    spark: Any, pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Two checkpoints, one job name: the second's first start refuses; the first goes on
-    from its position."""
+    from its position. Then ``deltamv retire`` drops the job's slot and publication: not
+    while the job runs (its checkpoint's lock is held), and a second time it says they
+    are gone."""
     with psycopg.connect(pg_dsn, autocommit=True) as pg:
         pg.execute("CREATE TABLE t (id int PRIMARY KEY); INSERT INTO t VALUES (1)")
     first = _config(tmp_path, pg_dsn, "ck1", "v1")
@@ -100,6 +103,26 @@ def test_another_checkpoint_of_the_same_job_keeps_its_slot(
     ViewJob(load_config(first), spark).run(once=True)  # the first job is unharmed
     assert delta.read_arrow(str(tmp_path / "v1")).to_pylist() == [{"n": 2}]
     assert (_confirmed(pg_dsn) or 0) > position
+
+    def retire() -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main(["retire", str(first)])
+        out, err = capsys.readouterr()
+        return code, out.strip(), err.strip()
+
+    with open(tmp_path / "ck1" / "_lock", "a+") as lock:  # as a running job holds it
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, err = retire()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    assert code == 1 and "job 'owner' is running on checkpoint" in err, err
+    assert _confirmed(pg_dsn) is not None
+    assert retire() == (0, f"replication slot {SLOT} dropped; publication"
+                           f" {SLOT} dropped", "")  # fmt: skip
+    assert _confirmed(pg_dsn) is None
+    with connect(pg_dsn) as pg:
+        assert pg.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
+    assert retire() == (0, f"replication slot {SLOT} was already gone; publication"
+                           f" {SLOT} was already gone", "")  # fmt: skip
 
 
 def _killed_at(config: Path, point: str, log: Path) -> None:

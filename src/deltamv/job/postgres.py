@@ -445,11 +445,5 @@ def retire(config: JobConfig) -> Retired:
     slot, publication = slot_name(config), publication_name(config)
     with connect(config.upstream.dsn or "") as conn:
         dropped = drop_slot(conn, slot)
-        existed = (
-            conn.execute(
-                "SELECT 1 FROM pg_publication WHERE pubname = %s", [publication]
-            ).fetchone()
-            is not None
-        )
-        drop_publication(conn, publication)
+        existed = drop_publication(conn, publication)
     return Retired(slot, dropped, publication, existed)

@@ -334,9 +334,12 @@ def drop_slot(conn: psycopg.Connection[Any], slot: str, *, wait_s: float = 10.0)
     return True
 
 
-def drop_publication(conn: psycopg.Connection[Any], publication: str) -> None:
-    """Drop ``publication`` if it exists (idempotent)."""
+def drop_publication(conn: psycopg.Connection[Any], publication: str) -> bool:
+    """Drop ``publication`` if it exists (idempotent); whether it existed."""
+    query = "SELECT 1 FROM pg_publication WHERE pubname = %s"
+    existed = conn.execute(query, [publication]).fetchone() is not None
     conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+    return existed
 
 
 def ensure_publication(
