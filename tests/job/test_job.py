@@ -274,3 +274,38 @@ def test_view_sql_errors_name_the_key_before_reading(
     assert info.value.key == "views.total_balance.sql"
     assert message in str(info.value)
     assert not (bank / "state" / "_checkpoint").exists()
+
+
+def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(spark: Any, bank: Path) -> None:
+    """A recomputed view (which reads a Delta copy of its table) and a table copy are
+    taken out of the config while changes are applied, and put back: their next version
+    is rebuilt, not the next change applied to their old copy (test_bad_input.py takes
+    one out between its batch's staging and its publishing)."""
+    from tests.helpers.bank import commit, put
+
+    config_path = bank / "config.toml"
+    base = config_path.read_text()
+    copy = '[tables.accounts]\npath = "out/tables/accounts"\n'
+    extra = (
+        '\n[views.balances]\nsql = "SELECT id, balance FROM accounts"'
+        '\npath = "out/views/balances"\nmaintain = "recompute"\n'
+    )
+    with_all = base.replace("[tables.accounts]\n", copy) + extra
+    config_path.write_text(with_all)
+    ViewJob(load_config(config_path), spark).run(once=True)  # watermark 115
+    config_path.write_text(base)
+    segment(bank, 1, 2, GOOD_1_2)  # 50 from account 1 to account 7
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(load_config(config_path), spark).run(once=True)  # 140, without the two
+    config_path.write_text(with_all)
+    segment(bank, 1, 3, lines([put(1, 160, 2, 70), commit(1, 160, 161, 2), resolved(1, 170)]))
+    segment(bank, 2, 3, lines([resolved(2, 170)]))
+    ViewJob(load_config(config_path), spark).run(once=True)  # 170, with them again
+
+    schema = "id BIGINT, balance BIGINT"
+    truth = spark.createDataFrame([(1, 50), (2, 70), (7, 150)], schema)
+    balances = bank / "out" / "views" / "balances"
+    assert [v.watermark for v in delta.versions(str(balances))] == [115, 170]
+    assert_df_equality(rows(spark, balances), truth, ignore_row_order=True, ignore_nullable=True)
+    accounts = rows(spark, bank / "out" / "tables" / "accounts").select("id", "balance")
+    assert_df_equality(accounts, truth, ignore_row_order=True, ignore_nullable=True)

@@ -187,9 +187,21 @@ class BatchRunner:
         not_ready = [n for n, ok in was_ready.items() if not ok]
         if not_ready:
             self.views.build(not_ready, self.scratch)
+        missed = self._missed()
         for target in self.targets.values():
-            self._stage(batch, target, deltas, view_deltas, was_ready, from_empty)
+            self._stage(batch, target, deltas, view_deltas, was_ready, from_empty, missed)
         clock.lap("maintain")
+
+    def _missed(self) -> set[str]:
+        """The outputs whose table lacks batches the job published to the others: taken
+        out of the config for a while (or added back between a batch's staging and its
+        publishing). A change would apply to an old copy; they are rebuilt instead."""
+        committed = self.store.committed_targets()
+        latest = max((b for _, b in committed.values()), default=None)
+        return {
+            tid for tid in self.targets
+            if tid in committed and committed[tid][1] != latest and self.sinks[tid].handle.exists()
+        }  # fmt: skip
 
     def _from_empty(self, was_ready: Mapping[str, bool]) -> set[str]:
         """The targets this batch creates from empty inputs (those of a job started
@@ -221,9 +233,14 @@ class BatchRunner:
         view_deltas: Mapping[str, pa.Table | None],
         was_ready: Mapping[str, bool],
         from_empty: set[str],
+        missed: set[str],
     ) -> None:
         outbox = self.store.outbox
         exists = self.sinks[target.id].handle.exists()
+        if target.id in missed:  # its table lacks batches the others have (_missed)
+            recompute = target.kind == "view" and self.views.views[target.name].mode == "recompute"
+            outbox.put(batch, target.id, "recompute" if recompute else "rebuild")
+            return
         if target.kind == "view" and target.id in from_empty:
             # its content before the batch: the view over empty tables
             delta = view_deltas.get(target.name)
@@ -259,6 +276,10 @@ class BatchRunner:
         written = {"rows": 0, "files": 0, "bytes": 0, "tables": 0}
         if not entries:
             return written
+        for gone in sorted(set(entries) - set(self.targets)):
+            # staged before the output left the config (the run stopped before publishing)
+            log.info("batch %d: %s is no longer in the config; not published", batch, gone)
+            del entries[gone]
         watermark = self._watermark_of(batch)
         extra = self.upstream.commit_metadata(self.store, batch)
         position = {tid: i for i, tid in enumerate(self.targets)}  # the config's order
