@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent(
             segments_per_batch=10, straggler_rate=0.3, duplicate_rate=0.05,
         )
         while job.pending:
-            job.publish(3)
+            job.publish(6)
             job.run_once(spark)
             job.assert_latest_is_global_watermark()
         checked = job.assert_every_version_matches_truth(spark)

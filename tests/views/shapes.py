@@ -142,4 +142,27 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         " FROM accounts",
         "Spark rounds the product to decimal(38,6)",
     ),
+    # found by an outside check of expression semantics: each gave another value than
+    # Spark, or failed where Spark does not (or the other way round)
+    "like_underscore": (
+        "SELECT id FROM accounts WHERE owner LIKE 'a_'",
+        "LIKE with a pattern Spark does not simplify",
+    ),
+    "wide_negation": (  # Spark rounds a negated decimal to 34 digits
+        "SELECT id, -CAST(credit AS DECIMAL(38,10)) AS n FROM accounts",
+        "- of decimal(38,10)",
+    ),
+    "wide_sum_scale": (  # Spark adds exactly, then rounds to DECIMAL(38,9)
+        "SELECT id, CAST(credit AS DECIMAL(38,10)) + CAST(credit AS DECIMAL(38,10)) AS s"
+        " FROM accounts",
+        "Spark rounds the result to decimal(38,9)",
+    ),
+    "double_to_float": (  # Spark makes 1e300 infinite
+        "SELECT id, CAST(rate AS FLOAT) AS f FROM accounts",
+        "cast of double to float",
+    ),
+    "wide_decimal_to_int": (  # Spark checks the range in double
+        "SELECT id, CAST(CAST(credit AS DECIMAL(38,10)) AS INT) AS i FROM accounts",
+        "cast of decimal(38,10) to integer",
+    ),
 }

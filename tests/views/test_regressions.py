@@ -106,3 +106,53 @@ def test_a_change_the_filter_below_an_aggregate_drops_leaves_its_state_untouched
         assert spark_check(spark, run, SHAPES) == len(views) * 3
     finally:
         run.close()
+
+
+# Found by an outside check of expression semantics (incremental against Spark).
+GUARDED = {
+    # AND / OR outside a filter: Spark evaluates the right side only where the left side
+    # does not decide; DuckDB evaluated both, and failed on the division by zero
+    "guarded_logic": "SELECT id, (region <> 0 AND 10 DIV region > 1) AS a,"
+    " (region = 0 OR 10 DIV region > 1) AS o,"
+    " (region IS NULL OR (region <> 0 AND 10 DIV region > 4)) AS n FROM accounts",
+    # an aggregate's argument only on the rows its FILTER keeps: the linear state, and a
+    # group recomputed (MAX), from the first full evaluation on
+    # (each failing argument once per view: Spark evaluates one that several aggregates
+    # share, as a common subexpression, on every row)
+    "guarded_sum": "SELECT owner, SUM(10 DIV region) FILTER (WHERE region <> 0) AS s,"
+    " COUNT(balance) FILTER (WHERE region <> 0) AS c FROM accounts GROUP BY owner",
+    "guarded_max": "SELECT owner, MAX(balance) FILTER (WHERE region <> 0 AND 10 DIV region > 1)"
+    " AS m, SUM(100 DIV region) FILTER (WHERE region <> 0) AS s FROM accounts GROUP BY owner",
+    # 2^63 as a double: Spark's range check passes it, the cast saturates
+    "cast_to_long": "SELECT id, CAST(rate AS BIGINT) AS l FROM accounts",
+}
+
+
+def test_a_side_that_fails_is_evaluated_only_where_spark_evaluates_it(
+    spark: SparkSession, compute: Compute, tmp_path: Any
+) -> None:
+    from .shapes import TABLES
+
+    planned = Planned.of(spark, TABLES, GUARDED, tmp_path)
+    run = Run(planned, sorted(GUARDED), compute)
+    try:
+        run.load({"accounts": [_account(1, owner="a", region=0, balance=3, rate=1.0),
+                               _account(2, owner="a", region=5, balance=4, rate=2.0**63),
+                               _account(3, owner="b", region=0, balance=5, rate=-(2.0**63))],
+                  "transfers": []})  # fmt: skip
+        assert run.outputs["cast_to_long"] == Counter(
+            {(1, 1): 1, (2, 2**63 - 1): 1, (3, -(2**63)): 1}
+        )
+        assert run.outputs["guarded_sum"] == Counter({("a", 2, 1): 1, ("b", None, 0): 1})
+        run.step([("accounts", 4, _account(4, owner="b", region=0, balance=9, rate=0.5)),
+                  ("accounts", 5, _account(5, owner="b", region=2, balance=8, rate=-0.5)),
+                  ("accounts", 2, None)])  # fmt: skip
+        assert run.outputs["guarded_logic"] == Counter({
+            (1, False, True, False): 1, (3, False, True, False): 1,
+            (4, False, True, False): 1, (5, True, True, True): 1,
+        })  # fmt: skip
+        assert run.outputs["guarded_max"] == Counter({("a", None, None): 1, ("b", 8, 50): 1})
+        run.step([("accounts", 6, _account(6, owner="c", region=None, balance=1))])
+        assert spark_check(spark, run, GUARDED) == len(GUARDED) * 3
+    finally:
+        run.close()

@@ -13,7 +13,7 @@ translation on random data) decide what belongs on the list.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from deltamv.views.plan import Expr
@@ -42,6 +42,7 @@ _SIMPLE_TYPES = {
 }
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)")
 _INTEGRAL = ("byte", "short", "integer", "long")
+_DIGITS = {"byte": 3, "short": 5, "integer": 10, "long": 19}  # of each one's largest value
 _FRACTIONAL = ("float", "double")
 
 
@@ -220,6 +221,8 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
     if kind == "EqualNullSafe":
         _check_comparable(kids[0])
         return f"({sub(0)} IS NOT DISTINCT FROM {sub(1)})"
+    if kind in ("And", "Or") and can_fail(kids[1]):
+        return _lazy(kind, kids, col)
     if kind in _TEMPLATES:
         return _TEMPLATES[kind].format(*(sql(k, col) for k in kids))
     if kind == "In":
@@ -238,6 +241,13 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if t in ("date", "timestamp", "timestamp_ntz"):
             raise Unsupported(f"{kind} of {t} values")
         left, right = sub(0), sub(1)
+        dl, dr = decimal_of(result_type(kids[0])), decimal_of(result_type(kids[1]))
+        result = decimal_of(t)
+        if kind != "Multiply" and dl and dr and result and result[1] < max(dl[1], dr[1]):
+            # Spark adds exactly, then rounds to its type's smaller scale; DuckDB's
+            # DECIMAL(38) overflows first
+            raise Unsupported(f"decimal({dl[0]},{dl[1]}) {op} decimal({dr[0]},{dr[1]}): Spark"
+                              f" rounds the result to {t}")  # fmt: skip
         if kind == "Multiply":
             dl, dr = decimal_of(result_type(kids[0])), decimal_of(result_type(kids[1]))
             if dl and dr:
@@ -266,10 +276,15 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if t in _FRACTIONAL:
             raise Unsupported("% of floating-point values")
         return _divided(sub(0), "%", sub(1), duck_type(t))
-    if kind == "UnaryMinus":
-        return f"CAST((- {sub(0)}) AS {duck_type(result_type(e))})"
-    if kind == "Abs":
-        return f"CAST(abs({sub(0)}) AS {duck_type(result_type(e))})"
+    if kind in ("UnaryMinus", "Abs"):
+        dec = decimal_of(result_type(kids[0]))
+        if dec is not None and dec[0] > 34:
+            # Spark negates a decimal through Scala's BigDecimal, rounding it to 34 digits
+            raise Unsupported(
+                f"{'-' if kind == 'UnaryMinus' else 'abs'} of decimal({dec[0]},{dec[1]})"
+            )
+        op = "-" if kind == "UnaryMinus" else "abs"
+        return f"CAST({op}({sub(0)}) AS {duck_type(result_type(e))})"
     if kind == "CaseWhen":
         parts = ["CASE"]
         pairs = len(kids) // 2
@@ -292,13 +307,51 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
             raise Unsupported("length of non-string values")
         return f"CAST(length({sub(0)}) AS INTEGER)"
     if kind == "Like":
-        escape = e.fields.get("escapeChar", "\\")
-        return f"({sub(0)} LIKE {sub(1)} ESCAPE {_quote(str(escape))})"
+        # Spark's plan does not carry LIKE's escape character (ESCAPE '!' or the default
+        # backslash): the patterns it simplifies (prefix%, %suffix, %infix%) arrive as
+        # StartsWith, EndsWith, Contains; the others are recomputed.
+        raise Unsupported("LIKE with a pattern Spark does not simplify (_, or not a literal)")
     if kind == "DateAdd":
         return f"CAST({sub(0)} + CAST({sub(1)} AS INTEGER) AS DATE)"
     if kind == "DateSub":
         return f"CAST({sub(0)} - CAST({sub(1)} AS INTEGER) AS DATE)"
     raise Unsupported(f"expression {kind}")
+
+
+# Expressions that never fail on any value (their children may).
+_TOTAL = {
+    "AttributeReference", "Literal", "Alias", "KnownNotNull", "UnaryPositive",
+    "KnownFloatingPointNormalized", "NormalizeNaNAndZero", "EqualNullSafe", "And", "Or",
+    "Not", "IsNull", "IsNotNull", "IsNaN", "In", "InSet", "If", "CaseWhen", "Coalesce",
+    "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE,
+}  # fmt: skip
+_LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
+
+
+def can_fail(e: Expr) -> bool:
+    """Whether evaluating ``e`` may raise on some row (a division by zero, an overflow, a
+    cast that cannot be made): Spark's ANSI mode fails there, and so does DuckDB."""
+    return e.kind not in _TOTAL or any(can_fail(k) for k in e.children)
+
+
+def _lazy(kind: str, kids: Sequence[Expr], col: Callable[[int], str]) -> str:
+    """``a AND b`` / ``a OR b`` evaluating ``b`` only where Spark does: not where ``a``
+    alone decides (FALSE for AND, TRUE for OR). DuckDB evaluates both sides of a
+    conjunction outside a filter, so a ``b`` that fails on a row ``a`` rules out would
+    fail there. Where ``a`` does not decide, ``b AND a`` (``b OR a``) gives Spark's
+    three-valued result."""
+    depth = _lazy_depth(kids[0])
+    if depth >= _LAZY_DEPTH:
+        raise Unsupported(f"more than {_LAZY_DEPTH} nested AND/OR over values that can fail")
+    a, b = sql(kids[0], col), sql(kids[1], col)
+    decided = "FALSE" if kind == "And" else "TRUE"
+    op = "AND" if kind == "And" else "OR"
+    return f"(CASE WHEN ({a}) IS {decided} THEN {decided} ELSE (({b}) {op} ({a})) END)"
+
+
+def _lazy_depth(e: Expr) -> int:
+    own = 1 if e.kind in ("And", "Or") and can_fail(e.children[1]) else 0
+    return own + max((_lazy_depth(k) for k in e.children), default=0)
 
 
 def _check_comparable(e: Expr) -> None:
@@ -315,8 +368,22 @@ def _cast(e: Expr, inner: str, col: Callable[[int], str]) -> str:
     t = duck_type(target)
     numeric = (*_INTEGRAL, *_FRACTIONAL)
     if target in _INTEGRAL and (source in _FRACTIONAL or decimal_of(source)):
+        dec = decimal_of(source)
+        if dec and dec[0] > 18 and dec[0] - dec[1] >= _DIGITS[target]:
+            # Spark checks a wide decimal's range in double: values just inside the
+            # bound fail there
+            raise Unsupported(f"cast of {source} to {target}")
         # Spark truncates a fraction towards zero; DuckDB would round it.
+        if target == "long" and source in _FRACTIONAL:
+            # Spark's range check compares in double, where Long.MaxValue is 2^63: 2^63
+            # itself becomes Long.MaxValue; DuckDB refuses it
+            return (f"(CASE WHEN trunc({inner}) = 9223372036854775808.0"
+                    f" THEN CAST(9223372036854775807 AS BIGINT)"
+                    f" ELSE CAST(trunc({inner}) AS BIGINT) END)")  # fmt: skip
         return f"CAST(trunc({inner}) AS {t})"
+    if source == "double" and target == "float":
+        # Spark makes a value beyond FLOAT's range infinite; DuckDB refuses it
+        raise Unsupported(f"cast of {source} to {target}")
     if (source in numeric or decimal_of(source)) and (target in numeric or decimal_of(target)):
         if source in _FRACTIONAL and decimal_of(target):
             raise Unsupported(f"cast of {source} to {target}")

@@ -965,16 +965,15 @@ class AggregateOp(Op):
                   for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
         sums = [f'CAST(sum("{W}") AS BIGINT) AS "n"']
         for i, call in enumerate(self.calls):
-            cond = f"({sql(call.filter, _col)})" if call.filter is not None else "TRUE"
-            args = [sql(a, _col) for a in call.args]
+            args = [_filtered(call, sql(a, _col)) for a in call.args]  # NULL where filtered
             present = " AND ".join(f"({a}) IS NOT NULL" for a in args) or "TRUE"
-            sums.append(f'CAST(coalesce(sum(CASE WHEN {cond} AND {present} THEN "{W}" END), 0) AS BIGINT)'
+            sums.append(f'CAST(coalesce(sum(CASE WHEN {present} THEN "{W}" END), 0) AS BIGINT)'
                         f' AS "n{i}"')  # fmt: skip
             if call.function != "Count":
                 scale = self._sum_scale(call)
                 sums.append(
-                    f"CAST(coalesce(sum(CASE WHEN {cond} THEN CAST({args[0]} AS DECIMAL(38,{scale}))"
-                    f' * "{W}" END), 0) AS DECIMAL(38,{scale})) AS "s{i}"'
+                    f"CAST(coalesce(sum(CAST({args[0]} AS DECIMAL(38,{scale}))"
+                    f' * "{W}"), 0) AS DECIMAL(38,{scale})) AS "s{i}"'
                 )
         by = f" GROUP BY {', '.join(f'{i + 1}' for i in range(len(groups)))}" if groups else ""
         return f"SELECT {', '.join([*groups, *sums])} FROM {source}{by}"
@@ -1167,27 +1166,28 @@ class AggregateOp(Op):
 
 
 def _agg_sql(call: AggCall) -> str:
-    """The SQL aggregate computing ``call`` over plain rows (for recomputed groups)."""
-    args = [sql(a, _col) for a in call.args]
-    filt = f" FILTER (WHERE {sql(call.filter, _col)})" if call.filter is not None else ""
+    """The SQL aggregate computing ``call`` over plain rows (for recomputed groups).
+    Each argument is evaluated only on the rows its FILTER keeps, as Spark does (DuckDB's
+    FILTER evaluates them on every row, and one may fail where the filter rules it out)."""
+    args = [_filtered(call, sql(a, _col)) for a in call.args]
     distinct = "DISTINCT " if call.distinct else ""
     fn = call.function
     if fn == "Count":
         if len(args) == 1:
-            return f"count({distinct}{args[0]}){filt}"
+            return f"count({distinct}{args[0]})"
         present = " AND ".join(f"({a}) IS NOT NULL" for a in args)
         if call.distinct:
             raise Unsupported("COUNT(DISTINCT) of several columns")
-        return f"count(CASE WHEN {present} THEN 1 END){filt}"
+        return f"count(CASE WHEN {present} THEN 1 END)"
     if fn in ("Min", "Max"):
-        return f"{fn.lower()}({distinct}{args[0]}){filt}"
+        return f"{fn.lower()}({distinct}{args[0]})"
     if fn == "First":  # IGNORE NULLS (checked by _agg_type); DuckDB's any_value skips NULLs
-        return f"any_value({args[0]}){filt}"
+        return f"any_value({args[0]})"
     if fn == "Sum":
         t = result_type(call.args[0])
         if t in ("float", "double"):
             raise Unsupported("SUM of floating-point values (Spark's result depends on row order)")
-        return f"CAST(sum({distinct}{args[0]}){filt} AS {duck_type(call.dtype)})"
+        return f"CAST(sum({distinct}{args[0]}) AS {duck_type(call.dtype)})"
     if fn == "Average":
         t = result_type(call.args[0])
         if t in ("float", "double"):
@@ -1196,10 +1196,17 @@ def _agg_sql(call: AggCall) -> str:
         if dec is not None:
             if call.distinct:
                 raise Unsupported(f"AVG(DISTINCT) of {t} values")
-            cond = sql(call.filter, _col) if call.filter is not None else "TRUE"
-            return _decimal_avg_sql(args[0], cond, dec, call.dtype)
-        return f"CAST(avg({distinct}{args[0]}){filt} AS DOUBLE)"
+            return _decimal_avg_sql(args[0], "TRUE", dec, call.dtype)
+        return f"CAST(avg({distinct}{args[0]}) AS DOUBLE)"
     raise Unsupported(f"aggregate function {fn}")
+
+
+def _filtered(call: AggCall, arg: str) -> str:
+    """``arg`` where ``call``'s FILTER keeps the row, else NULL (which no aggregate here
+    counts), evaluated only there."""
+    if call.filter is None:
+        return arg
+    return f"(CASE WHEN {sql(call.filter, _col)} THEN {arg} END)"
 
 
 def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> str:
