@@ -148,7 +148,7 @@ class ViewJob:
         if query is None:
             log.info("stop requested; stopping once the streaming query has started")
         else:
-            log.info("stop requested; stopping after %d batches", self.batches)
+            log.info("stop requested after %d batches; stopping the streaming query", self.batches)
             threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
 
     # -- the start -------------------------------------------------------------------------
