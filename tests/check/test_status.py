@@ -128,3 +128,26 @@ def test_check_passes_on_the_real_job_against_the_truth(
     report = check_job(spark, held_job["config"], truth=Truth.load(held_job["run"]))
     assert report.ok, report.violations
     assert all(v.versions == 2 and v.truth_checked == 2 for v in report.views)
+
+
+def test_a_slot_line_says_what_the_wal_after_it_is() -> None:
+    """PostgreSQL writes WAL for other tables, vacuum and checkpoints too: the line says
+    how much the job has not read, without calling it changes."""
+    from deltamv.check.commands import _print_slot
+    from deltamv.check.status import SlotView
+
+    def line(slot: SlotView) -> str:
+        out = Console(width=400, record=True)
+        _print_slot(out, slot)
+        return out.export_text().strip()
+
+    behind = SlotView("deltamv_bank", True, confirmed_lsn="0/83C8FA58",
+                      retained_bytes=24_700_000, lag_bytes=4_800_000, lag_ms=197_400)  # fmt: skip
+    assert line(behind) == (
+        "replication slot deltamv_bank: confirmed at 0/83C8FA58, holds 23.6 MiB of WAL;"
+        " 4.6 MiB of WAL after it not read yet (its last commit applied is 197.4 s old;"
+        " that WAL may hold no change to the job's tables)"
+    )
+    caught_up = SlotView("deltamv_bank", True, confirmed_lsn="0/83C8FA58",
+                         retained_bytes=1024, lag_bytes=0, lag_ms=0)  # fmt: skip
+    assert line(caught_up).endswith("holds 1.0 KiB of WAL; no WAL after it")

@@ -204,10 +204,17 @@ def _print_slot(out: Console, slot: Any) -> None:
             " removed); the job cannot continue from it"
         )
     else:
+        # WAL after the confirmed position may hold no change to the job's tables (other
+        # tables, vacuum, checkpoints): the job reads it all the same
+        behind = (
+            f"{_bytes(slot.lag_bytes)} of WAL after it not read yet (its last commit applied"
+            f" is {_ms(slot.lag_ms)} old; that WAL may hold no change to the job's tables)"
+            if slot.lag_bytes
+            else "no WAL after it"
+        )
         out.print(
             f"replication slot {slot.name}: confirmed at {slot.confirmed_lsn}, holds"
-            f" {_bytes(slot.retained_bytes)} of WAL; lag {_bytes(slot.lag_bytes)},"
-            f" {_ms(slot.lag_ms)}"
+            f" {_bytes(slot.retained_bytes)} of WAL; {behind}"
         )
 
 
