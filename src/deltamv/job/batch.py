@@ -40,6 +40,7 @@ from deltamv.job.targets import Target
 from deltamv.job.upstream import Upstream
 from deltamv.job.views import ViewSet, view_errors
 from deltamv.pipeline.ingest import IngestResult
+from deltamv.state.chunks import OutboxEntry
 from deltamv.state.keyed import KEY, Mirror
 from deltamv.state.store import StateStore
 from deltamv.views.ivm import Batch
@@ -192,10 +193,17 @@ class BatchRunner:
             self._stage(batch, target, deltas, view_deltas, was_ready, from_empty, missed)
         clock.lap("maintain")
 
+    def _whole(self, target: Target) -> str:
+        """The outbox kind that writes ``target`` whole: Spark recomputes a recomputed
+        view; anything else is rebuilt from the mirrors."""
+        recompute = target.kind == "view" and self.views.views[target.name].mode == "recompute"
+        return "recompute" if recompute else "rebuild"
+
     def _missed(self) -> set[str]:
-        """The outputs whose table lacks batches the job published to the others: taken
-        out of the config for a while (or added back between a batch's staging and its
-        publishing). A change would apply to an old copy; they are rebuilt instead."""
+        """The outputs whose table lacks batches the job published to the others (taken
+        out of the config for a while): a change would apply to an old copy; they are
+        rebuilt instead. (One put back between a batch's staging and its publishing is
+        rebuilt by the publishing: :meth:`_publish`.)"""
         committed = self.store.committed_targets()
         latest = max((b for _, b in committed.values()), default=None)
         return {
@@ -238,8 +246,7 @@ class BatchRunner:
         outbox = self.store.outbox
         exists = self.sinks[target.id].handle.exists()
         if target.id in missed:  # its table lacks batches the others have (_missed)
-            recompute = target.kind == "view" and self.views.views[target.name].mode == "recompute"
-            outbox.put(batch, target.id, "recompute" if recompute else "rebuild")
+            outbox.put(batch, target.id, self._whole(target))
             return
         if target.kind == "view" and target.id in from_empty:
             # its content before the batch: the view over empty tables
@@ -280,6 +287,10 @@ class BatchRunner:
             # staged before the output left the config (the run stopped before publishing)
             log.info("batch %d: %s is no longer in the config; not published", batch, gone)
             del entries[gone]
+        for tid in sorted(set(self.targets) - set(entries)):
+            # put in the config after the batch was staged without it: rebuilt from the
+            # mirrors, which hold the batch (its copy, or its old table, would not)
+            entries[tid] = OutboxEntry(batch, tid, self._whole(self.targets[tid]), ())
         watermark = self._watermark_of(batch)
         extra = self.upstream.commit_metadata(self.store, batch)
         position = {tid: i for i, tid in enumerate(self.targets)}  # the config's order
@@ -387,7 +398,5 @@ class BatchRunner:
                 mirror.insert(keyed.cast(mirror.schema))
             self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
             for target in self.targets.values():
-                kind = "recompute" if (target.kind == "view" and
-                                       self.views.views[target.name].mode == "recompute") else "rebuild"  # fmt: skip
-                self.store.outbox.put(-1, target.id, kind)
+                self.store.outbox.put(-1, target.id, self._whole(target))
         self.store.mark_bootstrapped()
