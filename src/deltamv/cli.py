@@ -19,10 +19,18 @@ from deltamv.errors import DeltaMVError
 
 
 def _run(args: argparse.Namespace) -> int:
+    from pyspark.logger import PySparkLogger
+
     from deltamv.config import load_config
     from deltamv.job import ViewJob
     from deltamv.session import build_spark
 
+    if not args.verbose:
+        # PySpark logs a Spark error with a SQL context (a view failing on the data) as a
+        # JSON record with the JVM's trace before raising it; it reaches the user as
+        # deltamv's one line
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     config = load_config(args.config)
     job: ViewJob | None = None
     signals = 0
@@ -171,12 +179,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A failed batch reaches the user as deltamv's one line below; py4j would first
         # log the whole traceback of the Spark callback that raised it.
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
-        # PySpark logs a Spark error with a SQL context (a view failing on the data) as
-        # a JSON record with the JVM's trace before raising it; the error reaches the
-        # user as deltamv's one line. (Made here as plain loggers at CRITICAL, they log
-        # nothing; PySpark then finds and uses them.)
-        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         return int(args.func(args))
     except DeltaMVError as exc:

@@ -11,9 +11,9 @@ import pytest
 from rich.console import Console
 
 from deltamv.changelog.segments import list_segments
-from deltamv.check.commands import print_status
+from deltamv.check.commands import print_slot, print_status
 from deltamv.check.invariants import check_job
-from deltamv.check.status import job_status
+from deltamv.check.status import SlotView, job_status
 from deltamv.cli import main
 from deltamv.config import load_config
 from deltamv.job import ViewJob
@@ -132,22 +132,26 @@ def test_check_passes_on_the_real_job_against_the_truth(
 
 def test_a_slot_line_says_what_the_wal_after_it_is() -> None:
     """PostgreSQL writes WAL for other tables, vacuum and checkpoints too: the line says
-    how much the job has not read, without calling it changes."""
-    from deltamv.check.commands import _print_slot
-    from deltamv.check.status import SlotView
+    how much the job has not confirmed, without calling it changes."""
 
-    def line(slot: SlotView) -> str:
+    def line(**fields: Any) -> str:
         out = Console(width=400, record=True)
-        _print_slot(out, slot)
+        print_slot(out, SlotView("deltamv_bank", True, confirmed_lsn="0/83C8FA58", **fields))
         return out.export_text().strip()
 
-    behind = SlotView("deltamv_bank", True, confirmed_lsn="0/83C8FA58",
-                      retained_bytes=24_700_000, lag_bytes=4_800_000, lag_ms=197_400)  # fmt: skip
-    assert line(behind) == (
-        "replication slot deltamv_bank: confirmed at 0/83C8FA58, holds 23.6 MiB of WAL;"
-        " 4.6 MiB of WAL after it not read yet (its last commit applied is 197.4 s old;"
-        " that WAL may hold no change to the job's tables)"
+    start = "replication slot deltamv_bank: confirmed at 0/83C8FA58, holds"
+    assert line(retained_bytes=24_700_000, lag_bytes=4_800_000, lag_ms=197_400) == (
+        f"{start} 23.6 MiB of WAL; 4.6 MiB of WAL after it not confirmed yet (it may hold"
+        " no change to the job's tables; its last commit applied is 197.4 s old)"
     )
-    caught_up = SlotView("deltamv_bank", True, confirmed_lsn="0/83C8FA58",
-                         retained_bytes=1024, lag_bytes=0, lag_ms=0)  # fmt: skip
-    assert line(caught_up).endswith("holds 1.0 KiB of WAL; no WAL after it")
+    assert line(retained_bytes=4096, lag_bytes=2048, lag_ms=0) == (
+        f"{start} 4.0 KiB of WAL; 2.0 KiB of WAL after it not confirmed yet (it may hold"
+        " no change to the job's tables)"
+    )  # no watermark yet: no age
+    assert (
+        line(retained_bytes=1024, lag_bytes=0, lag_ms=0)
+        == f"{start} 1.0 KiB of WAL; no WAL after it"
+    )
+    assert line(retained_bytes=None, lag_bytes=None) == (
+        f"{start} - of WAL; the WAL after it is unknown"
+    )

@@ -9,7 +9,7 @@ import argparse
 import datetime as _dt
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from rich.console import Console
@@ -18,7 +18,10 @@ from rich.table import Table
 from deltamv import tso
 from deltamv.errors import DeltaMVError
 
-__all__ = ["print_check_report", "print_status", "register_commands"]
+if TYPE_CHECKING:
+    from deltamv.check.status import SlotView
+
+__all__ = ["print_check_report", "print_slot", "print_status", "register_commands"]
 
 
 def register_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -153,7 +156,7 @@ def print_status(status: Any, console: Console | None = None) -> None:
         )  # fmt: skip
     out.print(table)
     if status.slot is not None:
-        _print_slot(out, status.slot)
+        print_slot(out, status.slot)
     if not status.state_found:
         out.print(
             f"the job has not run yet (no state in {status.checkpoint}):"
@@ -191,7 +194,8 @@ def print_status(status: Any, console: Console | None = None) -> None:
             )
 
 
-def _print_slot(out: Console, slot: Any) -> None:
+def print_slot(out: Console, slot: SlotView) -> None:
+    """A PostgreSQL job's replication slot, in one line (part of ``deltamv status``)."""
     if slot.error:
         out.print(
             f"replication slot {slot.name}: cannot ask PostgreSQL ({slot.error})", markup=False
@@ -204,18 +208,23 @@ def _print_slot(out: Console, slot: Any) -> None:
             " removed); the job cannot continue from it"
         )
     else:
-        # WAL after the confirmed position may hold no change to the job's tables (other
-        # tables, vacuum, checkpoints): the job reads it all the same
-        behind = (
-            f"{_bytes(slot.lag_bytes)} of WAL after it not read yet (its last commit applied"
-            f" is {_ms(slot.lag_ms)} old; that WAL may hold no change to the job's tables)"
-            if slot.lag_bytes
-            else "no WAL after it"
-        )
         out.print(
             f"replication slot {slot.name}: confirmed at {slot.confirmed_lsn}, holds"
-            f" {_bytes(slot.retained_bytes)} of WAL; {behind}"
+            f" {_bytes(slot.retained_bytes)} of WAL; {_behind(slot)}"
         )
+
+
+def _behind(slot: SlotView) -> str:
+    """The WAL after the slot's confirmed position. It may hold no change to the job's
+    tables (other tables, vacuum, checkpoints), and a running job may have read some of
+    it already: it is what the job has not confirmed yet."""
+    if slot.lag_bytes is None:
+        return "the WAL after it is unknown"
+    if not slot.lag_bytes:
+        return "no WAL after it"
+    age = f"; its last commit applied is {_ms(slot.lag_ms)} old" if slot.lag_ms else ""
+    return (f"{_bytes(slot.lag_bytes)} of WAL after it not confirmed yet (it may hold no"
+            f" change to the job's tables{age})")  # fmt: skip
 
 
 def _bytes(n: int | None) -> str:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -54,6 +54,9 @@ log = logging.getLogger("deltamv.job")
 _ORDER = {"mirror": 0, "table": 1, "view": 2}
 
 
+Replay = Literal["", "ingested", "finished"]  # see BatchReport
+
+
 @dataclass(frozen=True)
 class BatchReport:
     """What one batch did. ``phases`` holds seconds per step (read, match, maintain,
@@ -70,7 +73,7 @@ class BatchReport:
     duration_ms: int
     phases: Mapping[str, float] = field(default_factory=dict)
     written: Mapping[str, int] = field(default_factory=dict)
-    replay: str = ""
+    replay: Replay = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,7 +139,7 @@ class BatchRunner:
         if batch <= progress.applied_batch:
             return BatchReport(batch, 0, 0, progress.watermark, False, 0, replay="finished")
         events = released = 0
-        replay = "ingested" if batch == progress.batch else ""
+        replay: Replay = "ingested" if batch == progress.batch else ""
         with self.views.mirrors_written_once(self.scratch):
             if batch > progress.batch:
                 result = self._ingest(batch, clock)

@@ -238,6 +238,7 @@ _SPARK_DATA_ERRORS = (
 )
 
 
+_NOT_THE_DATA = (duckdb.IOException, duckdb.OutOfMemoryException, duckdb.InterruptException)
 # Spark's advice, which a job's config refuses (deltamv evaluates views in ANSI mode)
 _ANSI_OFF_HINT = re.compile(r'If necessary set "?spark\.sql\.ansi\.enabled"? to "?false"?[^.]*\.')
 
@@ -250,6 +251,8 @@ def view_errors(view: str) -> Iterator[None]:
     (the SQL with a caret, Spark's JVM trace) is left out."""
     try:
         yield
+    except _NOT_THE_DATA:
+        raise  # a full disk, memory, an interruption: not the view's SQL
     except (duckdb.Error, ArithmeticError, *_SPARK_DATA_ERRORS) as exc:
         first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
         text = " ".join(_ANSI_OFF_HINT.sub("", first).split())

@@ -42,7 +42,7 @@ _SIMPLE_TYPES = {
 }
 _DECIMAL = re.compile(r"decimal\((\d+),\s*(-?\d+)\)")
 _INTEGRAL = ("byte", "short", "integer", "long")
-_DIGITS = {"byte": 3, "short": 5, "integer": 10, "long": 19}  # of each one's largest value
+_DIGITS = {"byte": 3, "short": 5, "integer": 10}  # of each one's largest value
 _FRACTIONAL = ("float", "double")
 
 
@@ -248,22 +248,19 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
             # DECIMAL(38) overflows first
             raise Unsupported(f"decimal({dl[0]},{dl[1]}) {op} decimal({dr[0]},{dr[1]}): Spark"
                               f" rounds the result to {t}")  # fmt: skip
-        if kind == "Multiply":
-            dl, dr = decimal_of(result_type(kids[0])), decimal_of(result_type(kids[1]))
-            if dl and dr:
-                # DuckDB types a product of two decimals of at most 18 digits as at most
-                # DECIMAL(18), failing where Spark's wider type holds the result: multiply
-                # as DECIMAL(38)s (an exact product), when Spark keeps its whole scale.
-                product = decimal_of(t)
-                if product is None or product[1] < dl[1] + dr[1]:
-                    # Spark rounds such a product to its type's scale; the exact product
-                    # can outgrow DECIMAL(38) where the rounded one fits
-                    raise Unsupported(
-                        f"decimal({dl[0]},{dl[1]}) * decimal({dr[0]},{dr[1]}): Spark rounds"
-                        f" the product to {t}"
-                    )
-                left = f"CAST({left} AS DECIMAL(38,{dl[1]}))"
-                right = f"CAST({right} AS DECIMAL(38,{dr[1]}))"
+        if kind == "Multiply" and dl and dr:
+            # DuckDB types a product of two decimals of at most 18 digits as at most
+            # DECIMAL(18), failing where Spark's wider type holds the result: multiply
+            # as DECIMAL(38)s (an exact product), when Spark keeps its whole scale.
+            if result is None or result[1] < dl[1] + dr[1]:
+                # Spark rounds such a product to its type's scale; the exact product
+                # can outgrow DECIMAL(38) where the rounded one fits
+                raise Unsupported(
+                    f"decimal({dl[0]},{dl[1]}) * decimal({dr[0]},{dr[1]}): Spark rounds"
+                    f" the product to {t}"
+                )
+            left = f"CAST({left} AS DECIMAL(38,{dl[1]}))"
+            right = f"CAST({right} AS DECIMAL(38,{dr[1]}))"
         return f"CAST(({left} {op} {right}) AS {duck_type(t)})"
     if kind == "Divide":
         return _divided(sub(0), "/", sub(1), duck_type(result_type(e)))
@@ -369,9 +366,9 @@ def _cast(e: Expr, inner: str, col: Callable[[int], str]) -> str:
     numeric = (*_INTEGRAL, *_FRACTIONAL)
     if target in _INTEGRAL and (source in _FRACTIONAL or decimal_of(source)):
         dec = decimal_of(source)
-        if dec and dec[0] > 18 and dec[0] - dec[1] >= _DIGITS[target]:
-            # Spark checks a wide decimal's range in double: values just inside the
-            # bound fail there
+        if dec and dec[0] > 18 and target != "long" and dec[0] - dec[1] >= _DIGITS[target]:
+            # Spark checks a wide decimal's range for INT, SMALLINT and TINYINT in double
+            # (for BIGINT exactly): values just inside the bound fail there
             raise Unsupported(f"cast of {source} to {target}")
         # Spark truncates a fraction towards zero; DuckDB would round it.
         if target == "long" and source in _FRACTIONAL:

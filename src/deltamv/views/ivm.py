@@ -1196,7 +1196,7 @@ def _agg_sql(call: AggCall) -> str:
         if dec is not None:
             if call.distinct:
                 raise Unsupported(f"AVG(DISTINCT) of {t} values")
-            return _decimal_avg_sql(args[0], "TRUE", dec, call.dtype)
+            return _decimal_avg_sql(args[0], dec, call.dtype)
         return f"CAST(avg({distinct}{args[0]}) AS DOUBLE)"
     raise Unsupported(f"aggregate function {fn}")
 
@@ -1209,7 +1209,7 @@ def _filtered(call: AggCall, arg: str) -> str:
     return f"(CASE WHEN {sql(call.filter, _col)} THEN {arg} END)"
 
 
-def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> str:
+def _decimal_avg_sql(arg: str, dec: tuple[int, int], dtype: Any) -> str:
     """Spark's AVG of a DECIMAL(p,s) column, exactly, in integer arithmetic (DuckDB divides
     decimals in DOUBLE). Spark divides the sum by the count and rounds the quotient half
     up to the result type, DECIMAL(min(38, p+4), min(38, s+4)); this spells that out on
@@ -1220,7 +1220,7 @@ def _decimal_avg_sql(arg: str, cond: str, dec: tuple[int, int], dtype: Any) -> s
     assert result is not None
     rp, rs = result
     scale = 10 ** (rs - s)
-    present = f"({cond}) AND ({arg}) IS NOT NULL"
+    present = f"({arg}) IS NOT NULL"
     # each value's unscaled integer from its digits (multiplying by 10^s in DECIMAL(38)
     # would overflow for values Spark holds, as 123.5 in a DECIMAL(38,18))
     unscaled_value = (
