@@ -182,14 +182,15 @@ def test_a_view_failing_on_the_data_stops_the_job_in_one_line_until_its_sql_chan
     there too) stops the job with one line naming the view, maintained incrementally (in
     the batch's state transaction: nothing of the batch is committed) or recomputed by
     Spark (when its turn to be published comes); once its SQL is changed, the job goes
-    on from that batch."""
+    on from that batch. Outputs added or changed meanwhile are written whole for it."""
     failing = "SELECT id, 1000 DIV (balance - 50) AS q FROM accounts"
     config = bank / "config.toml"
     config.write_text(config.read_text() + "".join(
         f'\n[views.ratio_{mode[:3]}]\nsql = "{failing}"\npath = "out/views/ratio_{mode[:3]}"'
         f'\nmaintain = "{mode}"\n'
         for mode in ("incremental", "recompute")
-    ))  # fmt: skip
+    ) + '\n[views.late]\nsql = "SELECT id, balance FROM accounts WHERE balance > 60"'
+        '\npath = "out/views/late"\n')  # fmt: skip
     assert run_cli(bank, capsys) == (0, None)
     segment(bank, 1, 2, GOOD_1_2)  # account 1 goes down to 50
     segment(bank, 2, 2, GOOD_2_2)
@@ -224,6 +225,9 @@ def test_a_view_failing_on_the_data_stops_the_job_in_one_line_until_its_sql_chan
     fix("ratio_rec")
     config.write_text(config.read_text().replace(
         "[tables.accounts]\n", '[tables.accounts]\npath = "out/tables/accounts"\n'))  # fmt: skip
+    # and a view staged with its batch (after ratio_rec: not published) gets new SQL: the
+    # batch is written by the new SQL, not the old SQL's staged change
+    config.write_text(config.read_text().replace("balance > 60", "balance > 120"))
     capsys.readouterr()
     assert cli.main(["run", str(config), "--once"]) == 0
     assert "mirror:accounts is no longer in the config; not published" in capsys.readouterr().err
@@ -233,6 +237,9 @@ def test_a_view_failing_on_the_data_stops_the_job_in_one_line_until_its_sql_chan
         path = str(bank / "out" / "views" / view)
         assert [v.watermark for v in delta.versions(path)] == [115, 140]
         assert delta.read_arrow(path).sort_by("id").to_pylist() == expected, view
+    late = str(bank / "out" / "views" / "late")
+    assert [v.watermark for v in delta.versions(late)] == [115, 140]
+    assert delta.read_arrow(late).to_pylist() == [{"id": 7, "balance": 150}]
     copy = str(bank / "out" / "tables" / "accounts")
     assert [v.watermark for v in delta.versions(copy)] == [140]
     balances = delta.read_arrow(copy).sort_by("id").select(["id", "balance"]).to_pylist()

@@ -294,6 +294,12 @@ class BatchRunner:
             # put in the config after the batch was staged without it: rebuilt from the
             # mirrors, which hold the batch (its copy, or its old table, would not)
             entries[tid] = OutboxEntry(batch, tid, self._whole(self.targets[tid]), ())
+        for tid in list(entries):
+            target = self.targets[tid]
+            if target.kind == "view" and not self.views.ready(target.name):
+                # its SQL or mode changed after the batch was staged with the old one (the
+                # staging builds every view it stages): written whole, by the new one
+                entries[tid] = OutboxEntry(batch, tid, self._whole(target), ())
         watermark = self._watermark_of(batch)
         extra = self.upstream.commit_metadata(self.store, batch)
         position = {tid: i for i, tid in enumerate(self.targets)}  # the config's order
