@@ -309,3 +309,25 @@ def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(spark: Any, ba
     assert_df_equality(rows(spark, balances), truth, ignore_row_order=True, ignore_nullable=True)
     accounts = rows(spark, bank / "out" / "tables" / "accounts").select("id", "balance")
     assert_df_equality(accounts, truth, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_view_whose_sql_now_gives_other_columns_is_refused_before_reading(
+    spark: Any, bank: Path
+) -> None:
+    """A table keeps its columns: a view whose SQL changed its columns stops the job at
+    start, naming the view's path key, before any view commits the next batch."""
+    config_path = bank / "config.toml"
+    ViewJob(load_config(config_path), spark).run(once=True)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    config_path.write_text(config_path.read_text().replace(
+        "SELECT id, owner FROM accounts WHERE balance >= 100",
+        "SELECT id, balance FROM accounts WHERE balance >= 100"))  # fmt: skip
+    with pytest.raises(ConfigError) as err:
+        ViewJob(load_config(config_path), spark).run(once=True)
+    assert err.value.key == "views.rich.path", err.value.key
+    assert "has columns (id long, owner string) but this job writes (id long, balance long)" in str(
+        err.value
+    ) and "give it a new path" in str(err.value)
+    total = bank / "out" / "views" / "total_balance"
+    assert [v.watermark for v in delta.versions(str(total))] == [115]

@@ -92,3 +92,11 @@ def check_tables(
                 f" after job {config.name!r} committed version {recorded}: deltamv stops"
                 " rather than overwrite it"
             )
+        try:  # before anything is read: a view whose SQL now gives other columns
+            handle.check_schema(target.schema)
+        except CommitConflictError as exc:
+            raise ConfigError(
+                target.key,
+                f"{exc}; a table keeps its columns: give it a new path",
+                source=config.origin,
+            ) from None
