@@ -290,15 +290,12 @@ class BatchRunner:
             # staged before the output left the config (the run stopped before publishing)
             log.info("batch %d: %s is no longer in the config; not published", batch, gone)
             del entries[gone]
-        for tid in sorted(set(self.targets) - set(entries)):
-            # put in the config after the batch was staged without it: rebuilt from the
-            # mirrors, which hold the batch (its copy, or its old table, would not)
-            entries[tid] = OutboxEntry(batch, tid, self._whole(self.targets[tid]), ())
-        for tid in list(entries):
-            target = self.targets[tid]
-            if target.kind == "view" and not self.views.ready(target.name):
-                # its SQL or mode changed after the batch was staged with the old one (the
-                # staging builds every view it stages): written whole, by the new one
+        for tid, target in self.targets.items():
+            # Put in the config, or its view's SQL or mode changed (the staging builds
+            # every view it stages), after the batch was staged: written whole for it,
+            # from the mirrors, which hold the batch, or by Spark.
+            changed = target.kind == "view" and not self.views.ready(target.name)
+            if tid not in entries or changed:
                 entries[tid] = OutboxEntry(batch, tid, self._whole(target), ())
         watermark = self._watermark_of(batch)
         extra = self.upstream.commit_metadata(self.store, batch)
