@@ -52,6 +52,42 @@ INTEGER_RANGES: dict[str, tuple[int, int]] = {
     "bigint": (-(2**63), 2**63 - 1),
 }
 
+# The columns the job keeps beside a table's own: the change log's and PostgreSQL's
+# event fields in a table of changes (match, release, mirrors' input), and those of the
+# old primary key a DELETE names (``__old_<pk>``).
+_CHANGE_FIELDS = frozenset(
+    {"row", "region", "type", "start_ts", "commit_ts", "fcommit", "key", "op", "_n",
+     "_key", "_op", "_unchanged", "_prev_key", "__n"}
+)  # fmt: skip
+_OLD = "__old_"
+
+# Names a table's column may not have: the mirrors' row key and row id, and the weight of
+# a change (Z-set); SQLite compares column names ignoring case.
+RESERVED_COLUMNS = ("_key", "__rowid", "__w")
+RESERVED_REASON = (
+    f"the job keeps the names {', '.join(RESERVED_COLUMNS)} (in any case) for columns of"
+    " its own; rename the column"
+)
+
+
+def change_column(name: str) -> str:
+    """The name a table's column ``name`` has in a table of changes: its own, unless it is
+    one of the event fields kept beside it (``key``, ``op``, ``commit_ts`` ...), which is
+    then prefixed with ``#`` (as is any name that is such a field behind ``#``s, so that
+    no two names meet)."""
+    bare = name.lstrip("#")
+    clash = bare in _CHANGE_FIELDS or bare.startswith(_OLD)
+    return "#" + name if clash else name
+
+
+def reserved_column(names: list[str]) -> str | None:
+    """The first of ``names`` the job keeps for itself (RESERVED_COLUMNS), or None."""
+    for name in names:
+        if name.lower() in RESERVED_COLUMNS:
+            return name
+    return None
+
+
 _COLUMN = re.compile(
     r"""^\s*(?P<name>`[^`]+`|[A-Za-z_][A-Za-z0-9_]*)\s+
         (?P<type>[A-Za-z_]+)\s*(?:\(\s*(?P<args>[0-9,\s]+)\s*\))?
@@ -139,6 +175,9 @@ class TableSchema:
             columns.append(Column(name, kind, precision, scale, nullable))
         if not columns:
             raise ValueError("no columns declared")
+        reserved = reserved_column([c.name for c in columns])
+        if reserved is not None:
+            raise ValueError(f"column {reserved!r}: {RESERVED_REASON}")
         return cls(tuple(columns))
 
     @property

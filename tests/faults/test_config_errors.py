@@ -25,6 +25,13 @@ CASES = {
                       "views.total_balance.sql", "acounts"),
     "unknown-column": ((TOTAL_BALANCE_SQL, "SELECT SUM(balanse) AS total FROM accounts"),
                        "views.total_balance.sql", "balanse"),
+    "columns-named-alike": ((TOTAL_BALANCE_SQL, "SELECT SUM(balance) AS total, COUNT(*) AS Total"
+                             " FROM accounts"), "views.total_balance.sql",
+                            "returns 'total' and 'Total'"),
+    "column-named-like-a-weight": ((TOTAL_BALANCE_SQL, "SELECT SUM(balance) AS __w FROM accounts"),
+                                   "views.total_balance.sql", "named '__w'"),
+    "reserved-table-column": (("balance BIGINT", "balance BIGINT, _KEY STRING"),
+                              "tables.accounts.schema", "column '_KEY': the job keeps"),
     "two-views-one-path": (('path = "out/views/rich"', 'path = "out/views/total_balance"'),
                            "views.rich.path", "also used by views.total_balance.path"),
     "bad-maintenance-value": (("", '\n[maintenance]\nvacuum_retention = "a week"\n'),

@@ -331,3 +331,63 @@ def test_a_view_whose_sql_now_gives_other_columns_is_refused_before_reading(
     ) and "give it a new path" in str(err.value)
     total = bank / "out" / "views" / "total_balance"
     assert [v.watermark for v in delta.versions(str(total))] == [115]
+
+
+def test_columns_named_like_the_fields_of_a_change(spark: Any, tmp_path: Path) -> None:
+    """A table may have columns named like the fields the job keeps beside them (``key``,
+    ``op``, ``commit_ts``, ``__old_<pk>`` ...), its primary key among them: updates, a
+    primary-key change, a DELETE by old primary key and one by the PUT before it in the
+    batch all land (they stopped the job with a traceback: two columns of one name)."""
+    from tests.helpers import changelog as log
+
+    fields = ["key", "op", "type", "region", "row", "start_ts", "commit_ts", "fcommit",
+              "_n", "__n", "#key", "__old_key"]  # fmt: skip
+    ddl = ", ".join(f"`{f}` {'STRING' if f == 'key' else 'BIGINT'}" for f in fields)
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "kv"\nchangelog = "changelog"\ncheckpoint = "ck"\n\n'
+        f'[tables.kv]\nschema = "{ddl}"\nprimary_key = ["key"]\npath = "out/kv"\n\n'
+        '[views.by_op]\nsql = "SELECT op, COUNT(*) AS n, SUM(region) AS r FROM kv GROUP BY op"\n'
+        'path = "out/by_op"\n'
+    )
+
+    def value(k: str, n: int) -> dict[str, Any]:
+        return {"key": k, **{f: n * 10 + i for i, f in enumerate(fields) if f != "key"}}
+
+    def put(ts: int, k: str, n: int) -> log.Event:
+        return log.put(1, ts, f"kv/{k}", value(k, n), table="kv")
+
+    def delete(ts: int, k: str, *, old: bool) -> log.Event:
+        event = {"region": 1, "type": "PREWRITE", "start_ts": ts, "table": "kv",
+                 "key": f"kv/{k}", "op": "DELETE"}  # fmt: skip
+        return {**event, "old_value": {"key": k}} if old else event
+
+    def commit(ts: int, k: str) -> log.Event:
+        return log.commit(1, ts, ts + 1, f"kv/{k}", table="kv")
+
+    changelog = tmp_path / "changelog"
+    log.write_segment(changelog, 1, 1, [
+        log.initialized(1, "", ""), put(10, "a", 1), put(10, "b", 2), put(10, "c", 3),
+        commit(10, "a"), log.resolved(1, 12),
+    ])  # fmt: skip
+    config = load_config(tmp_path / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    log.write_segment(changelog, 1, 2, [
+        put(20, "b", 4), delete(20, "a", old=True), commit(20, "b"),  # update, delete
+        delete(22, "c", old=True), put(22, "c2", 5), commit(22, "c2"),  # primary key moves
+        put(24, "d", 6), commit(24, "d"), delete(26, "d", old=False), commit(26, "d"),
+        log.resolved(1, 30),
+    ])  # fmt: skip
+    ViewJob(config, spark).run(once=True)
+
+    def table(*rows: tuple[str, int]) -> list[dict[str, Any]]:
+        return sorted((value(k, n) for k, n in rows), key=lambda r: r["key"])
+
+    kv = tmp_path / "out" / "kv"
+    got = [sorted(delta.read_arrow(str(kv), v).to_pylist(), key=lambda r: r["key"])
+           for v in (0, 1)]  # fmt: skip
+    assert got == [table(("a", 1), ("b", 2), ("c", 3)), table(("b", 4), ("c2", 5))]
+    by_op = delta.read_arrow(str(tmp_path / "out" / "by_op")).to_pylist()
+    # value(): op is fields[1] (n * 10 + 1), region fields[3] (n * 10 + 3)
+    assert sorted(by_op, key=lambda r: r["op"]) == [
+        {"op": 41, "n": 1, "r": 43}, {"op": 51, "n": 1, "r": 53}
+    ]  # fmt: skip

@@ -94,6 +94,14 @@ def test_pg_table_names() -> None:
         ),
         ("CREATE VIEW t AS SELECT 1 AS id", "public.t is a view, not a table"),
         (
+            'CREATE TABLE t (id int PRIMARY KEY, "_KEY" text)',
+            "column public.t._KEY: the job keeps the names _key, __rowid, __w",
+        ),
+        (
+            'CREATE TABLE t (id int PRIMARY KEY, owner text, "Owner" text)',
+            "table public.t has columns 'owner' and 'Owner', whose names differ only in case",
+        ),
+        (
             "CREATE TABLE t (id int PRIMARY KEY) PARTITION BY RANGE (id)",
             "public.t is a partitioned table: logical replication does not send a TRUNCATE",
         ),

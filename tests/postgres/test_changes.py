@@ -143,6 +143,29 @@ def test_unchanged_toast_kept_listed_or_filled(pg: psycopg.Connection, pg_dsn: s
     assert begin < after
 
 
+def test_columns_named_like_the_fields_of_a_change(pg: psycopg.Connection, pg_dsn: str) -> None:
+    """A table's ``key``, ``op``, ``_op`` ... columns live beside the change's own fields
+    under names of their own (``schema.change_column``); TOAST values left unchanged are
+    still filled in by name."""
+    ddl = (
+        'CREATE TABLE kv (key text PRIMARY KEY, op text, commit_ts bigint, "_op" int,'
+        ' "#key" text, "__old_key" text, body text);'
+        " ALTER TABLE kv ALTER COLUMN body SET STORAGE EXTERNAL"
+    )
+    tables, begin = start(pg, pg_dsn, ddl, ["kv"])
+    pg.execute(f"INSERT INTO kv VALUES ('a', 'x', 7, 1, 'h', 'o', {BODY})")
+    batch = read(pg, tables, begin)
+    body = pg.execute(f"SELECT {BODY}").fetchone()[0]  # type: ignore[index]
+    data = batch.tables["kv"].rows
+    assert data.column_names[:8] == [
+        "_key", "_op", "#key", "#op", "#commit_ts", "#_op", "##key", "#__old_key"
+    ]  # fmt: skip
+    assert data.slice(0, 1).drop_columns(["_unchanged", "_prev_key"]).to_pylist() == [
+        {"_key": "kv/[\"a\"]", "_op": "PUT", "#key": "a", "#op": "x", "#commit_ts": 7,
+         "#_op": 1, "##key": "h", "#__old_key": "o", "body": body}
+    ]  # fmt: skip
+
+
 def test_unchanged_toast_under_replica_identity_full(pg: psycopg.Connection, pg_dsn: str) -> None:
     tables, _ = start(pg, pg_dsn, BIG + "; ALTER TABLE docs REPLICA IDENTITY FULL", ["docs"])
     pg.execute(f"INSERT INTO docs VALUES (1, 0, {BODY})")

@@ -88,31 +88,37 @@ def test_continuous_job_under_concurrent_writers(spark: Any, pg_dsn: str, tmp_pa
     print(f"writers: {dict(writers.committed)}; versions per view: {len(found['total'])}")
 
 
-def test_changes_to_snapshot_rows_find_them(spark: Any, pg_dsn: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "names", [("id", "v", "note"), ("key", "op", "commit_ts")], ids=["plain", "like-fields"]
+)
+def test_changes_to_snapshot_rows_find_them(
+    spark: Any, pg_dsn: str, tmp_path: Path, names: tuple[str, str, str]
+) -> None:
     """Rows copied from the snapshot are found by the changes' row keys: deleted, updated
     with their TOAST column left out (filled from the snapshot's row), moved to a new
-    primary key with it left out."""
+    primary key with it left out. Also with columns named like a change's own fields."""
+    i, v, note = names
     with psycopg.connect(pg_dsn, autocommit=True) as pg:
         pg.execute(
-            "CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, note text NOT NULL);"
-            "ALTER TABLE t ALTER COLUMN note SET STORAGE EXTERNAL;"
+            f"CREATE TABLE t ({i} int PRIMARY KEY, {v} int NOT NULL, {note} text NOT NULL);"
+            f"ALTER TABLE t ALTER COLUMN {note} SET STORAGE EXTERNAL;"
             "INSERT INTO t SELECT g, g, repeat(md5(g::text), 80) FROM generate_series(1, 6) g"
         )
         config = tmp_path / "job.toml"
         config.write_text(
             f'[job]\nname = "snap"\ncheckpoint = "{tmp_path}/ck"\n\n'
             f'[source]\nkind = "postgres"\ndsn = "{pg_dsn}"\n\n[tables.t]\n\n'
-            f'[views.all]\nsql = "SELECT id, v, note FROM t"\npath = "{tmp_path}/all"\n'
+            f'[views.all]\nsql = "SELECT {i}, {v}, {note} FROM t"\npath = "{tmp_path}/all"\n'
         )
         ViewJob(load_config(config), spark).run(once=True)  # the snapshot
-        pg.execute("DELETE FROM t WHERE id = 1")
-        pg.execute("UPDATE t SET v = 20 WHERE id = 2")  # note left out (unchanged TOAST)
-        pg.execute("UPDATE t SET id = 30, v = 30 WHERE id = 3")  # moved, note left out
+        pg.execute(f"DELETE FROM t WHERE {i} = 1")
+        pg.execute(f"UPDATE t SET {v} = 20 WHERE {i} = 2")  # note left out (unchanged TOAST)
+        pg.execute(f"UPDATE t SET {i} = 30, {v} = 30 WHERE {i} = 3")  # moved, note left out
         with pg.transaction():  # moved and changed again in one transaction
-            pg.execute("UPDATE t SET id = 40 WHERE id = 4")
-            pg.execute("UPDATE t SET v = 41 WHERE id = 40")
+            pg.execute(f"UPDATE t SET {i} = 40 WHERE {i} = 4")
+            pg.execute(f"UPDATE t SET {v} = 41 WHERE {i} = 40")
         ViewJob(load_config(config), spark).run(once=True)
-        expected = sorted(pg.execute("SELECT id, v, note FROM t").fetchall())
+        expected = sorted(pg.execute(f"SELECT {i}, {v}, {note} FROM t").fetchall())
     got = sorted(tuple(r.values()) for r in delta.read_arrow(str(tmp_path / "all")).to_pylist())
     assert got == expected
     assert [r[0] for r in got] == [2, 5, 6, 30, 40]

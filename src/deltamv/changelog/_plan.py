@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from deltamv.changelog._typed import parse_type
 from deltamv.changelog.format import table_validators
-from deltamv.schema import Column, TableSchema
+from deltamv.schema import Column, TableSchema, change_column
 
 __all__ = ["OLD_PREFIX", "Plan", "TablePlan", "plan_for"]
 
@@ -77,7 +77,7 @@ class Plan:
             values_schema = pa.schema(
                 [
                     pa.field("row", pa.int64(), nullable=False),
-                    *nullable.to_arrow(),
+                    *(f.with_name(change_column(f.name)) for f in nullable.to_arrow()),
                     *(pa.field(OLD_PREFIX + c.name, c.arrow_type()) for c in pk),
                 ]
             )

@@ -65,7 +65,8 @@ class EventBatch:
     ``values`` holds, for each declared table with at least one PREWRITE or COMMITTED
     event, one row per such event (PUT and DELETE) in event order: ``row`` (int64, the
     event's index in ``events``), the table's columns typed as ``TableSchema.to_arrow()``
-    but nullable (a PUT's value; all null for a DELETE), then ``__old_<c>`` for each
+    but nullable (a PUT's value; all null for a DELETE), named by ``change_column`` (a
+    column named like an event field is ``#``-prefixed), then ``__old_<c>`` for each
     primary-key column ``c``: its value in the event's ``old_value`` when present and
     valid for the column (the same check as a value's), else null. Tables may be chunked.
     """

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltamv.schema import change_column
 from deltamv.state.chunks import Buffer
 
 __all__ = ["Released", "release"]
@@ -27,7 +28,7 @@ __all__ = ["Released", "release"]
 @dataclass(frozen=True)
 class Released:
     """Per table, each released key's last change: ``key, op, commit_ts`` then the
-    table's columns and ``__old_<pk>`` columns. ``rows`` counts the row versions released."""
+    table's columns (named by ``schema.change_column``) and ``__old_<pk>`` columns. ``rows`` counts the row versions released."""
 
     changes: Mapping[str, pa.Table]
     rows: int
@@ -92,7 +93,11 @@ def _old_keys_from_puts(
     taken = pa.array(index, mask=index < 0)  # null: keep the row's own (null) old key
     chosen = pa.array(index >= 0)
     for c in olds:
-        value = before.column(c[len("__old_") :]).take(taken).cast(last.schema.field(c).type)
+        value = (
+            before.column(change_column(c[len("__old_") :]))
+            .take(taken)
+            .cast(last.schema.field(c).type)
+        )
         column = pc.if_else(chosen, value, last.column(c))
         last = last.set_column(last.schema.get_field_index(c), c, column)
     return last

@@ -35,7 +35,7 @@ from typing import Any, Literal
 import psycopg
 
 from deltamv.errors import ConfigError
-from deltamv.schema import Column, Kind, TableSchema
+from deltamv.schema import RESERVED_REASON, Column, Kind, TableSchema, reserved_column
 
 __all__ = [
     "SUPPORTED_TYPES",
@@ -277,6 +277,19 @@ def _read_table(
             continue
         schema_columns.append(
             _map_column(key, where, col_name, type_oid, typmod, type_name, not_null)
+        )
+    names = [c.name for c in pg_columns]
+    reserved = reserved_column(names)
+    if reserved is not None:
+        raise ConfigError(key, f"column {qualified}.{reserved}: {RESERVED_REASON}")
+    folded = [n.lower() for n in names]
+    twice = next((n for i, n in enumerate(names) if n.lower() in folded[:i]), None)
+    if twice is not None:
+        first = names[folded.index(twice.lower())]
+        raise ConfigError(
+            key,
+            f"table {qualified} has columns {first!r} and {twice!r}, whose names differ only"
+            " in case: Delta tables and Spark do not tell them apart",
         )
     primary = [r for r in indexes if r[0]]
     if not primary:

@@ -64,6 +64,7 @@ from deltamv.postgres.pgoutput import (
 )
 from deltamv.postgres.slot import check_slot, current_wal_lsn, slot_error
 from deltamv.postgres.timestamps import commit_tso, pg_time_to_unix_us
+from deltamv.schema import change_column
 
 __all__ = [
     "ChangeBatch",
@@ -83,12 +84,12 @@ _OPS = pa.array(["PUT", "DELETE"])
 
 def changes_schema(table: PgTable) -> pa.Schema:
     """The schema of :attr:`TableChanges.rows`: ``_key``, ``_op``, the table's columns
-    (all nullable), ``_unchanged`` and ``_prev_key``."""
+    (all nullable; named by ``schema.change_column``), ``_unchanged`` and ``_prev_key``."""
     return pa.schema(
         [
             pa.field("_key", pa.string(), False),
             pa.field("_op", pa.string(), False),
-            *(pa.field(c.name, c.arrow_type(), True) for c in table.schema.columns),
+            *(pa.field(change_column(c.name), c.arrow_type(), True) for c in table.schema.columns),
             pa.field("_unchanged", pa.list_(pa.string()), False),
             pa.field("_prev_key", pa.string(), True),
         ]

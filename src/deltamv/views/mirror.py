@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from deltamv.compute import Compute
 from deltamv.errors import DeltaMVError
+from deltamv.schema import change_column
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W, consolidate
 
@@ -53,15 +54,14 @@ def table_change(
     if UNCHANGED in changes.column_names:
         changes = _fill_unchanged(compute, mirror, changes, names)
     puts = changes.filter(pc.equal(changes.column("op"), "PUT"))
+    puts_by_name = {n: puts.column(change_column(n)) for n in names}
     if truncate:
         old = (
             pa.concat_tables(list(mirror.scan(with_rowid=True))) if not mirror.is_empty() else None
         )
     else:
-        old = _replaced_rows(compute, mirror, changes, puts, pk)
-    inserted = pa.table({KEY: puts.column("key"), **{n: puts.column(n) for n in names}}).cast(
-        mirror.schema
-    )
+        old = _replaced_rows(compute, mirror, changes, pa.table({c: puts_by_name[c] for c in pk}))
+    inserted = pa.table({KEY: puts.column("key"), **puts_by_name}).cast(mirror.schema)
     parts = []
     if old is not None and old.num_rows:
         minus = old.select(names).append_column(W, pa.array([-1] * old.num_rows, pa.int64()))
@@ -151,16 +151,19 @@ def _keyless_by_pk(
         return _NONE, _NONE
     free = np.ones(inserted.num_rows, dtype=bool)
     free[taken] = False
-    new = inserted.select(pk).append_column("__i", pa.array(np.arange(inserted.num_rows)))
-    new = new.filter(pa.array(free))
-    olds = old.select(pk).append_column("__j", pa.array(np.arange(old.num_rows)))
+    keys = [f"k{i}" for i in range(len(pk))]  # (a key column may be named like __i)
+    new = inserted.select(pk).rename_columns(keys)
+    new = new.append_column("__i", pa.array(np.arange(inserted.num_rows))).filter(pa.array(free))
+    olds = (
+        old.select(pk).rename_columns(keys).append_column("__j", pa.array(np.arange(old.num_rows)))
+    )
     olds = olds.filter(keyless)
-    for c in pk:
+    for c in keys:
         new = new.filter(pc.is_valid(new.column(c)))
         olds = olds.filter(pc.is_valid(olds.column(c)))
     if new.num_rows == 0 or olds.num_rows == 0:
         return _NONE, _NONE
-    pairs = new.join(olds, pk, join_type="inner")
+    pairs = new.join(olds, keys, join_type="inner")
     i = pairs.column("__i").to_numpy()
     j = pairs.column("__j").to_numpy()
     once = _counts(i) == 1
@@ -175,12 +178,12 @@ def _counts(a: np.ndarray) -> np.ndarray:
 
 
 def _replaced_rows(
-    compute: Compute, mirror: Mirror, changes: pa.Table, puts: pa.Table, pk: list[str]
+    compute: Compute, mirror: Mirror, changes: pa.Table, by_pk: pa.Table
 ) -> pa.Table | None:
-    """The mirror rows the changes replace: by key, and by primary key (a PUT's own, a
-    DELETE's old one) for rows that came without a key."""
+    """The mirror rows the changes replace: by key, and by primary key (the PUTs' own,
+    ``by_pk``; a DELETE's old one) for rows that came without a key."""
+    pk = by_pk.column_names
     found = [mirror.lookup([KEY], pa.table({KEY: changes.column("key")}))]
-    by_pk = puts.select(pk)
     deletes = changes.filter(pc.equal(changes.column("op"), "DELETE"))
     old_cols = [f"__old_{c}" for c in pk]
     if deletes.num_rows and all(c in deletes.column_names for c in old_cols):
@@ -243,27 +246,28 @@ def _fill_unchanged(
         return changes
     prev = changes.column(PREV_KEY)
     old = mirror.lookup([KEY], pa.table({KEY: pc.drop_null(prev)})).drop_columns([ROWID])
-    old = old.rename_columns(
-        [f"__prev_{c}" if c != KEY else "__prev_key" for c in old.column_names]
-    )
+    # o: the old rows, their columns numbered (o0 the key); r: the changes
+    old = old.rename_columns([f"o{i}" for i in range(old.num_columns)])
+    at = {n: i + 1 for i, n in enumerate(names)}
     select = []
     for c in changes.column_names:
-        if c in names:
-            select.append(
-                f'CASE WHEN list_contains(r."{UNCHANGED}", \'{c}\') THEN o."__prev_{c}"'
-                f' ELSE r."{c}" END AS "{c}"'
-            )
-        else:
+        name = next((n for n in names if change_column(n) == c), None)
+        if name is None:
             select.append(f'r."{c}"')
+            continue
+        text = name.replace("'", "''")
+        select.append(
+            f"CASE WHEN list_contains(r.\"{UNCHANGED}\", '{text}') THEN o.o{at[name]}"
+            f' ELSE r."{c}" END AS "{c}"'
+        )
     out = compute.query(
-        f'SELECT {", ".join(select)} FROM r LEFT JOIN o ON o."__prev_key" = r."{PREV_KEY}"'
-        " ORDER BY r.__n",
+        f'SELECT {", ".join(select)} FROM r LEFT JOIN o ON o.o0 = r."{PREV_KEY}" ORDER BY r.__n',
         r=changes.append_column("__n", pa.array(range(changes.num_rows), pa.int64())),
         o=old,
     )
     missing = compute.query(
-        f'SELECT r.key FROM r LEFT JOIN o ON o."__prev_key" = r."{PREV_KEY}"'
-        f' WHERE len(r."{UNCHANGED}") > 0 AND o."__prev_key" IS NULL LIMIT 1',
+        f'SELECT r.key FROM r LEFT JOIN o ON o.o0 = r."{PREV_KEY}"'
+        f' WHERE len(r."{UNCHANGED}") > 0 AND o.o0 IS NULL LIMIT 1',
         r=changes, o=old,
     )  # fmt: skip
     if missing.num_rows:

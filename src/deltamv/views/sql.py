@@ -8,11 +8,23 @@ from pyspark.sql.types import BooleanType
 
 from deltamv.config import JobConfig
 from deltamv.errors import ConfigError
+from deltamv.views.ivm import W as WEIGHT
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _same_name(names: list[str]) -> list[str]:
+    """The first two of ``names`` that are equal ignoring case (Delta's and Spark's rule
+    for a table's columns), or none."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if name.lower() in seen:
+            return [seen[name.lower()], name]
+        seen[name.lower()] = name
+    return []
 
 
 def register_empty_tables(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
@@ -38,9 +50,25 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
             views[name].schema  # noqa: B018 - forces analysis
         except PySparkException as exc:
             raise ConfigError(f"views.{name}.sql", _first_line(exc), source=config.origin) from None
-        if not views[name].schema.fields:
+        names = views[name].schema.names
+        if not names:
             raise ConfigError(
                 f"views.{name}.sql", "the query returns no columns", source=config.origin
+            )
+        if any(n.lower() == WEIGHT for n in names):
+            raise ConfigError(
+                f"views.{name}.sql",
+                f"the query returns a column named {WEIGHT!r}, the name the job gives a"
+                " change's weight; name it otherwise with AS",
+                source=config.origin,
+            )
+        twice = _same_name(names)
+        if twice:
+            raise ConfigError(
+                f"views.{name}.sql",
+                f"the query returns {' and '.join(map(repr, twice))}: a Delta table's columns"
+                " need distinct names (case aside); name them apart with AS",
+                source=config.origin,
             )
     for name, inv in config.invariants.items():
         key = f"invariants.{name}.{inv.kind}"
