@@ -305,6 +305,62 @@ def test_a_table_created_meanwhile_is_a_conflict(tmp_path, monkeypatch) -> None:
     assert files_on_disk(path) == files_in_log(path)
 
 
+@pytest.mark.parametrize("create", [True, False], ids=["create", "append"])
+def test_an_error_after_the_commit_landed_keeps_its_files(tmp_path, monkeypatch, create) -> None:
+    """delta-rs may report a failure after the commit's log entry was written (its
+    post-commit work): the files that version names stay, and the replay is skipped."""
+    from deltalake.exceptions import DeltaError
+
+    from deltamv.delta import sink as sink_module
+
+    path = str(tmp_path / "t")
+    sink = _sink(path) if create else _thousand(path)
+    if create:
+        real_create = sink_module.create_table_with_add_actions
+
+        def create_then_fail(*args, **kwargs):  # type: ignore[no-untyped-def]
+            real_create(*args, **kwargs)
+            raise DeltaError("I/O error after the commit (injected)")
+
+        monkeypatch.setattr(sink_module, "create_table_with_add_actions", create_then_fail)
+        change: Replace | Delta = Replace(_rows([1, 2, 3]))
+    else:
+        real_commit = DeltaTable.create_write_transaction
+
+        def commit_then_fail(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            real_commit(self, *args, **kwargs)
+            raise OSError(28, "No space left on device (injected)")
+
+        monkeypatch.setattr(DeltaTable, "create_write_transaction", commit_then_fail)
+        change = _zset((_rows([10]), -1), (_rows([10], "w"), 1))
+    batch = 1 if create else 2
+    try:
+        _commit(sink, batch, change, None if create else 0)
+    except StorageError:
+        assert not create
+    monkeypatch.undo()
+
+    assert _commit(_sink(path), batch, change, None) == CommitResult(
+        0 if create else 1, skipped=True
+    )
+    assert files_in_log(path) <= files_on_disk(path)
+    rows = read_arrow(path).sort_by("k")
+    assert rows.num_rows == (3 if create else 1000)
+    if not create:
+        assert rows.slice(10, 1).to_pylist() == [{"k": 10, "v": "w10"}]
+
+
+def test_commits_leave_log_checkpoints_to_the_housekeeping(tmp_path) -> None:
+    """delta-rs checkpoints every 100 versions inside the commit's call unless told not
+    to; the job's `checkpoint_interval` decides instead (0: never)."""
+    path = str(tmp_path / "t")
+    sink = _sink(path)
+    for batch in range(1, 103):
+        _commit(sink, batch, NoChange(), None if batch == 1 else batch - 2)
+    assert DeltaTable(path).version() == 101
+    assert not [n for n in os.listdir(os.path.join(path, "_delta_log")) if "checkpoint" in n]
+
+
 def _interfere(monkeypatch, sink: TableSink, act) -> None:  # type: ignore[no-untyped-def]
     """Run ``act`` once, after ``sink`` has written its files and before it commits."""
     original = sink._write

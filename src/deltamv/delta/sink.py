@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
+from deltalake import PostCommitHookProperties
 from deltalake import Schema as DeltaSchema
 from deltalake.transaction import (
     AddAction,
@@ -191,12 +192,9 @@ class TableSink:
             removed = self._write(change, app_version, written)
             version = self._commit(current, written, removed, properties)
         except CommitConflictError as e:
-            self._discard(written)
-            handle.reload()
-            done = handle.transaction_version(self._app_id)
+            if self._landed_else_discard(app_version, written):  # a replay of ours, first
+                return CommitResult(handle.version() or 0, skipped=True)
             latest = handle.version()
-            if latest is not None and done is not None and done >= app_version:
-                return CommitResult(latest, skipped=True)  # a replay of ours got there first
             if current is None:
                 raise CommitConflictError(
                     f"table {self._path} was created by another writer while job {job}"
@@ -207,7 +205,7 @@ class TableSink:
                 f" {job} committed batch {app_version}: another writer committed to it"
             ) from e
         except BaseException:
-            self._discard(written)
+            self._landed_else_discard(app_version, written)
             raise
         handle.refresh()
         return CommitResult(
@@ -273,6 +271,7 @@ class TableSink:
                         adds,
                         mode="error",
                         commit_properties=properties,
+                        post_commithook_properties=_NO_HOOKS,
                     )
             except DeltaMVError as e:
                 # delta-rs reports "a table already exists" as a generic error: if a table
@@ -289,9 +288,25 @@ class TableSink:
                 mode="append",
                 schema=self._schema,
                 commit_properties=properties,
+                post_commithook_properties=_NO_HOOKS,
             )
         # With no retries a successful commit is the version after the one read.
         return current + 1
+
+    def _landed_else_discard(self, app_version: int, written: list[DataFile]) -> bool:
+        """After a failed commit: whether the table holds batch ``app_version`` now (this
+        attempt's commit or a replay's). An error can come after the commit landed, so
+        the files this attempt wrote are deleted only when the table, read again, does
+        not hold them; when it cannot be read, they are left as orphans for VACUUM."""
+        try:
+            self._handle.reload()
+            done = self._handle.transaction_version(self._app_id)
+            held = {f.path for f in self._handle.files()} if self._handle.exists() else set()
+        except Exception:
+            return False
+        if not held & {f.path for f in written}:
+            self._discard(written)
+        return done is not None and done >= app_version
 
     def _discard(self, written: list[DataFile]) -> None:
         """Delete files this attempt wrote; a leftover is an orphan VACUUM removes."""
@@ -310,6 +325,12 @@ class TableSink:
         # Delta keeps userMetadata, the only commit field delta-spark's history shows.
         info[USER_METADATA_KEY] = json.dumps(ours, separators=(",", ":"), ensure_ascii=False)
         return info
+
+
+# delta-rs writes a log checkpoint every 100 versions after a commit, in the commit's
+# call: a failure there would come after the commit landed. The job checkpoints and
+# cleans the log itself (housekeeping.py, `checkpoint_interval`).
+_NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
 
 
 def _now_ms() -> int:
