@@ -7,6 +7,7 @@ import math
 import os
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
@@ -143,6 +144,35 @@ def test_a_timestamp_before_year_1000_has_a_four_digit_year(tmp_path) -> None:
                        schema=schema, prefix="a")  # fmt: skip
     stats = json.loads(f.stats)
     assert stats["minValues"] == stats["maxValues"] == {"at": "0999-01-02T03:04:05.000Z"}
+
+
+def test_small_decimals_have_bounds_in_plain_digits_that_filters_use(tmp_path) -> None:
+    """0 in a DECIMAL(14,7) (Spark's AVG of a DECIMAL(10,3)) is 0.0000000, not 0E-7,
+    which delta-rs reads as no bound: its filtered reads skipped the file."""
+    schema = pa.schema([("k", pa.int64()), ("d", pa.decimal128(14, 7))])
+    data = pa.table({"k": [1, 2], "d": [decimal.Decimal(-1), decimal.Decimal(0)]}, schema=schema)
+    path = str(tmp_path / "t")
+    TableSink(path, schema, layout=["k"], app_id="t", metadata={}).commit(
+        1, Replace(data), metadata={}, expected_version=None
+    )
+    (f,) = pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist()
+    assert (f["min.d"], f["max.d"]) == (decimal.Decimal(-1), decimal.Decimal(0))
+    for value in (-1, 0):
+        found = (
+            DeltaTable(path)
+            .to_pyarrow_dataset()
+            .to_table(filter=pc.field("d") == pa.scalar(decimal.Decimal(value), schema[1].type))
+        )
+        assert found.num_rows == 1, value
+
+
+def test_a_date_past_year_9999_is_written_without_bounds(tmp_path) -> None:
+    schema = pa.schema([("day", pa.date32())])
+    days = pa.array([2_932_897, -800_000], pa.int32()).cast(pa.date32())  # 10000-01-01, ...
+    (f,) = write_arrow(pa.table({"day": days}), str(tmp_path / "t"), schema=schema, prefix="a")
+    stats = json.loads(f.stats)
+    assert stats["minValues"] == stats["maxValues"] == {}
+    assert stats["nullCount"] == {"day": 0}
 
 
 def test_write_arrow_checks_columns_and_nullability(tmp_path) -> None:

@@ -96,11 +96,15 @@ def _obj(values: dict[str, str]) -> str:
 def _json_value(scalar: Any, t: pa.DataType, *, upper: bool) -> str | None:
     if pa.types.is_timestamp(t):
         return _timestamp(scalar.cast(pa.int64()).as_py(), t.unit, upper=upper)
+    if pa.types.is_date32(t):
+        try:
+            day = _EPOCH.date() + dt.timedelta(days=scalar.cast(pa.int32()).as_py())
+        except OverflowError:  # outside years 1 to 9999: no bound
+            return None
+        return f'"{day.year:04d}-{day.month:02d}-{day.day:02d}"'
     value = scalar.as_py()
     if pa.types.is_decimal(t):
-        return str(value)
-    if pa.types.is_date32(t):
-        return f'"{value.isoformat()}"'
+        return format(value, "f")  # (str() writes 0E-7, which delta-rs reads as no bound)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         if len(value) > STRING_PREFIX:
             # A prefix is a lower bound; it is not an upper bound.
