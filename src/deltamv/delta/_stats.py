@@ -2,8 +2,9 @@
 
 Statistics are computed from the batches as they are written, so they describe exactly
 the rows in the file. Bounds are only recorded where they are certainly bounds: no
-min/max for booleans, binary, nested or zone-less timestamps, non-finite floats, or
-for the max of a string longer than the 32-character prefix Delta readers compare.
+min/max for booleans, binary, nested or zone-less timestamps, or non-finite floats. A
+string longer than 32 characters is bounded by its prefix below and by that prefix with
+its last character raised above.
 """
 
 from __future__ import annotations
@@ -107,10 +108,28 @@ def _json_value(scalar: Any, t: pa.DataType, *, upper: bool) -> str | None:
         return format(value, "f")  # (str() writes 0E-7, which delta-rs reads as no bound)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         if len(value) > STRING_PREFIX:
-            # A prefix is a lower bound; it is not an upper bound.
-            return None if upper else json.dumps(value[:STRING_PREFIX])
+            # A prefix is a lower bound; the prefix with its last character raised, one
+            # above every string that starts with it, an upper bound.
+            if not upper:
+                return json.dumps(value[:STRING_PREFIX])
+            above = _above(value[:STRING_PREFIX])
+            return None if above is None else json.dumps(above)
         return json.dumps(value)
     return json.dumps(value)
+
+
+def _above(prefix: str) -> str | None:
+    """A string above every string that starts with ``prefix``, both in code point order
+    (Spark's, delta-rs') and in UTF-16 order: its last character that can be raised
+    without crossing from U+FFFF to the planes above (where the orders differ), raised
+    by one, past the surrogates; None when none can."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i])
+        if code in (0xFFFF, 0x10FFFF):
+            continue
+        code = 0xE000 if code == 0xD7FF else code + 1
+        return prefix[:i] + chr(code)
+    return None
 
 
 def _timestamp(value: int, unit: str, *, upper: bool) -> str | None:
