@@ -31,6 +31,7 @@ from pyspark.sql import SparkSession
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, parse_config
 from deltamv.delta import spark_to_arrow
+from deltamv.schema import change_column
 from deltamv.state.keyed import KEY, KeyedTable, Mirror
 from deltamv.views.ivm import (
     AggregateOp,
@@ -233,12 +234,19 @@ class Run:
         self._record()
 
     def _change_rows(self, table: str, rows: list[Row]) -> pa.Table:
+        """Released changes as the pipeline gives them: the table's columns named by
+        ``change_column`` (``region`` is ``#region``) beside the change's own fields."""
         declared = self.planned.arrow_schema(table)
         schema = pa.schema(
-            [("key", pa.string()), ("op", pa.string()), ("commit_ts", pa.int64()), *declared,
-             ("__old_id", pa.int64())]
+            [("key", pa.string()), ("op", pa.string()), ("commit_ts", pa.int64()),
+             *(f.with_name(change_column(f.name)) for f in declared), ("__old_id", pa.int64())]
         )  # fmt: skip
-        return pa.Table.from_pylist([{"commit_ts": 1, **r} for r in rows], schema=schema)
+        fields = {"key", "op", "__old_id"}
+        return pa.Table.from_pylist(
+            [{"commit_ts": 1, **{k if k in fields else change_column(k): v for k, v in r.items()}}
+             for r in rows],
+            schema=schema,
+        )  # fmt: skip
 
 
 def _difference(name: str, version: int, got: Bag, want: Bag) -> str:
