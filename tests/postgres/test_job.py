@@ -144,3 +144,37 @@ def test_continuous_job_under_concurrent_writers_longer(
         job.stop()
     bank.check_versions(tmp_path / "out")
     bank.check_final(tmp_path / "out", pg_dsn)
+
+
+def test_a_copy_cut_short_by_the_server_is_one_line_and_the_next_start_copies_again(
+    spark: Any, pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server restarting during the first start's copy (its backend ends with
+    AdminShutdown) stops the job with one line; the next start drops the slot and copies
+    again."""
+    import deltamv.job.postgres as job_postgres
+    from deltamv.errors import StorageError
+
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
+    config = tmp_path / "job.toml"
+    config.write_text(
+        f'[job]\nname = "cut"\ncheckpoint = "{tmp_path}/ck"\n\n'
+        f'[source]\nkind = "postgres"\ndsn = "{pg_dsn}"\n\n[tables.t]\n\n'
+        f'[views.all]\nsql = "SELECT id, v FROM t"\npath = "{tmp_path}/all"\n'
+    )
+    real = job_postgres.copy_tables
+
+    def cut_short(*args: Any, **kwargs: Any) -> Any:
+        yield from ()
+        raise psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+
+    monkeypatch.setattr(job_postgres, "copy_tables", cut_short)
+    with pytest.raises(StorageError) as info:
+        ViewJob(load_config(config), spark).run(once=True)
+    assert "while copying the tables: terminating connection" in str(info.value)
+    assert "\n" not in str(info.value)
+    monkeypatch.setattr(job_postgres, "copy_tables", real)
+    ViewJob(load_config(config), spark).run(once=True)
+    got = [tuple(r.values()) for r in delta.read_arrow(str(tmp_path / "all")).to_pylist()]
+    assert got == [(1, 1)]

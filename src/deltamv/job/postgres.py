@@ -24,10 +24,10 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import psycopg
 import pyarrow as pa
@@ -36,7 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from deltamv import faults
 from deltamv.compute import Compute
 from deltamv.config import JobConfig, TableConfig
-from deltamv.errors import StateError
+from deltamv.errors import StateError, StorageError
 from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.postgres import (
@@ -58,6 +58,8 @@ from deltamv.postgres import (
     slot_status,
 )
 from deltamv.postgres.changes import column_diff
+from deltamv.postgres.connect import Reconnecting, describe_dsn
+from deltamv.postgres.slot import SlotInUseError
 from deltamv.postgres.source import SOURCE_NAME
 from deltamv.postgres.timestamps import commit_tso, server_time_us
 from deltamv.state.store import StateStore
@@ -73,7 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("deltamv.job")
-_T = TypeVar("_T")
 
 PG_LSN_KEY = "deltamv.pg_lsn"
 _AFTER = "after_lsn"  # the batch start: every transaction committed below it is applied
@@ -82,6 +83,7 @@ _COMMIT_LSN = "last_commit_lsn"
 _COMMIT_TIME = "last_commit_time_us"
 _COLUMNS = "columns."  # + table name: its PostgreSQL columns at the snapshot
 _SNAPSHOT_TRIES = 5  # snapshots taken again when a table was truncated meanwhile
+_CONFIRM_WAIT_S = 10.0  # at the end of a run, for the slot the source may still hold
 ORIGIN_FILE = "postgres-slot.json"  # in the checkpoint: the slot this checkpoint created
 
 
@@ -111,7 +113,7 @@ class PostgresUpstream:
         self.publication = publication_name(config)
         self.offset_log = spark_checkpoint / "offsets"
         self.checkpoint = Path(config.checkpoint)
-        self._conn: Any = None
+        self._pg = Reconnecting(self.dsn)
         declared = {
             name: (t.schema if t.schema.columns else None, t.primary_key or None)
             for name, t in config.tables.items()
@@ -129,9 +131,7 @@ class PostgresUpstream:
         )  # fmt: skip
 
     def _connection(self) -> Any:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = connect(self.dsn)
-        return self._conn
+        return self._pg.connection()
 
     # -- the Upstream protocol -------------------------------------------------------------
     def start_ts(self) -> int:
@@ -241,6 +241,12 @@ class PostgresUpstream:
                 log.warning("%s (attempt %d): dropping slot %s, taking a new snapshot",
                             exc, attempt, self.slot)  # fmt: skip
                 drop_slot(self._connection(), self.slot)
+            except psycopg.OperationalError as exc:  # the server restarted, say
+                raise StorageError(
+                    f"lost the connection to PostgreSQL at {describe_dsn(self.dsn)} while"
+                    f" copying the tables: {' '.join(str(exc).split())[:300]} (the next start"
+                    " drops the slot and copies again)"
+                ) from None
 
     def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
         with contextlib.ExitStack() as stack:
@@ -318,11 +324,12 @@ class PostgresUpstream:
         after = int(store.source_position(_AFTER) or 0)
         upto = max(self._logged_offset(batch), after)
         previous = int(store.source_position(_TSO) or 0)
-        changes = self._retrying(
+        changes = self._pg.run(
             lambda conn: read_changes(
                 conn, self.slot, self.publication, list(self.pg_tables.values()),
                 after_lsn=after, upto_lsn=upto, previous_tso=previous,
-            )
+            ),
+            f"reading slot {self.slot}",
         )  # fmt: skip
         lap("read")
         floor = progress.watermark
@@ -358,22 +365,6 @@ class PostgresUpstream:
         return IngestResult(batch, changes.changes, released, watermark, floor, None, tables,
                             frozenset(truncated))  # fmt: skip
 
-    def _retrying(self, read: Callable[[Any], _T]) -> _T:
-        """``read`` over the connection; once more over a new one if the connection
-        broke (the server restarted, a network blip). Reconnecting retries with backoff
-        and gives up with one line (:func:`deltamv.postgres.connect`)."""
-        try:
-            return read(self._connection())
-        except psycopg.OperationalError as exc:
-            log.warning(
-                "connection to PostgreSQL lost (%s); reconnecting", " ".join(str(exc).split())[:200]
-            )
-            if self._conn is not None:
-                with contextlib.suppress(psycopg.Error):
-                    self._conn.close()
-                self._conn = None
-            return read(self._connection())
-
     def _logged_offset(self, batch: int) -> int:
         return int(logged_offset(self.offset_log, batch)["lsn"])
 
@@ -402,10 +393,30 @@ class PostgresUpstream:
             return  # the last batch did not finish: it is replayed, keep its WAL
         position = store.source_position(_AFTER)
         if position is not None:
-            advance_slot(self._connection(), self.slot, int(position))
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+            self._confirm(int(position))
+        self._pg.close()
+
+    def _confirm(self, position: int) -> None:
+        """Advance the slot to ``position``. A stop ends the streaming query without
+        waiting for its source, which may still be confirming the last batch on a
+        connection of its own: while the slot is in use, wait for it, a few seconds at
+        most, then leave it to the next start (which confirms it as it plans a batch)."""
+        deadline = time.monotonic() + _CONFIRM_WAIT_S
+        while True:
+            try:
+                self._pg.run(
+                    lambda conn: advance_slot(conn, self.slot, position),
+                    f"confirming slot {self.slot}",
+                )
+                return
+            except SlotInUseError:
+                if time.monotonic() >= deadline:
+                    log.info(
+                        "slot %s is busy; the next start confirms what this run committed",
+                        self.slot,
+                    )
+                    return
+                time.sleep(0.2)
 
 
 def resolved_tables(config: JobConfig) -> Mapping[str, TableConfig]:

@@ -30,7 +30,7 @@ from deltamv.postgres.changes import (
     read_changes,
     transactions,
 )
-from deltamv.postgres.connect import connect, describe_dsn
+from deltamv.postgres.connect import Reconnecting, connect, describe_dsn
 from deltamv.postgres.keys import row_keys
 from deltamv.postgres.lsn import format_lsn, parse_lsn
 from deltamv.postgres.slot import (
@@ -62,6 +62,7 @@ __all__ = [
     "ExportedSnapshot",
     "PgColumn",
     "PgTable",
+    "Reconnecting",
     "SlotOrigin",
     "SlotStatus",
     "TableChanges",

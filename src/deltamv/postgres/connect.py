@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from deltamv.errors import ConfigError, StorageError
 
-__all__ = ["SESSION_SETTINGS", "connect", "describe_dsn"]
+__all__ = ["SESSION_SETTINGS", "Reconnecting", "connect", "describe_dsn"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("deltamv.postgres")
 
@@ -145,3 +148,47 @@ def connect(
         if attempt > 1:
             log.info("PostgreSQL at %s reached after %d attempts", where, attempt)
         return conn
+
+
+class Reconnecting:
+    """One connection to ``dsn``, opened when first needed and opened again when it broke
+    (the server restarted, the backend was terminated, a network blip). :meth:`run` calls
+    ``work`` with it, and once more over a new connection when that failed on a broken
+    one; what still fails is a one-line StorageError (a deltamv error, also when it
+    crosses Spark from a data source's worker)."""
+
+    def __init__(self, dsn: str, *, timeout_s: float = 60.0) -> None:
+        self.dsn = dsn
+        self.timeout_s = timeout_s
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            self._conn = connect(self.dsn, timeout_s=self.timeout_s)
+        return self._conn
+
+    def run(self, work: Callable[[psycopg.Connection[Any]], _T], doing: str) -> _T:
+        """``work(connection)``; ``doing`` says what for, in the error."""
+        try:
+            return work(self.connection())
+        except psycopg.OperationalError as exc:
+            if self._conn is not None and not (self._conn.closed or self._conn.broken):
+                raise  # the connection is fine: the statement failed
+            log.warning(
+                "connection to PostgreSQL lost while %s (%s); reconnecting",
+                doing, _one_line(exc, self.dsn)[:200],
+            )  # fmt: skip
+            self.close()
+        try:
+            return work(self.connection())
+        except psycopg.OperationalError as exc:
+            raise StorageError(
+                f"lost the connection to PostgreSQL at {describe_dsn(self.dsn)} while {doing}:"
+                f" {_one_line(exc, self.dsn)}"
+            ) from None
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                conn.close()

@@ -63,11 +63,15 @@ def slot_error(slot: str, exc: psycopg.Error) -> StateError | None:
     if "does not exist" in text and "replication slot" in text:
         return StateError(f"replication slot {slot} does not exist (dropped while the job ran?)")
     if "is active for pid" in text:
-        return StateError(
+        return SlotInUseError(
             f"replication slot {slot} is in use by another connection "
             "(is another job running with the same slot?)"
         )
     return None
+
+
+class SlotInUseError(StateError):
+    """Another connection holds the slot (PostgreSQL's "is active for PID")."""
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from the offsets): one per transaction, ``lsn`` (the commit LSN), ``commit_lsn``
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 import psycopg
 import pyarrow as pa
@@ -38,9 +38,11 @@ from pyspark.sql.streaming.datasource import (
 
 from deltamv.errors import ConfigError
 from deltamv.postgres.changes import batch_upper, transactions
-from deltamv.postgres.connect import connect
+from deltamv.postgres.connect import Reconnecting, connect
 from deltamv.postgres.lsn import format_lsn, parse_lsn
 from deltamv.postgres.slot import advance_slot, check_slot, current_wal_lsn
+
+_T = TypeVar("_T")
 
 __all__ = ["SOURCE_NAME", "PostgresDataSource", "decode_offset", "encode_offset", "register"]
 
@@ -118,22 +120,24 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.options = _Options(options)
         self._target: int | None = None
-        self._conn: psycopg.Connection[Any] | None = None
+        self._pg: Reconnecting | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        state["_conn"] = None  # a connection does not travel to executors
+        state["_pg"] = None  # a connection does not travel to executors
         return state
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        if self._conn is None or self._conn.closed or self._conn.broken:
-            self._conn = connect(self.options.dsn, timeout_s=self.options.timeout)
-        return self._conn
+    def _run(self, work: Callable[[psycopg.Connection[Any]], _T], doing: str) -> _T:
+        """``work`` over the driver-side connection, reopened once if it broke (the
+        server restarted); a failure is a one-line StorageError."""
+        if self._pg is None:
+            self._pg = Reconnecting(self.options.dsn, timeout_s=self.options.timeout)
+        return self._pg.run(work, doing)
 
     def initialOffset(self) -> dict:
         if self.options.start is not None:
             return encode_offset(self.options.start)
-        status = check_slot(self._connection(), self.options.slot)
+        status = self._run(lambda c: check_slot(c, self.options.slot), "reading the slot")
         return encode_offset(status.confirmed_flush_lsn or 0)
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -142,11 +146,13 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = current_wal_lsn(self._connection())
+        self._target = self._run(current_wal_lsn, "reading the WAL position")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = decode_offset(start)
-        latest = self._target if self._target is not None else current_wal_lsn(self._connection())
+        latest = self._target
+        if latest is None:
+            latest = self._run(current_wal_lsn, "reading the WAL position")
         cap = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         return encode_offset(batch_upper(begin, latest, cap))
 
@@ -176,12 +182,12 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 yield _batch(rows)
 
     def commit(self, end: dict) -> None:
-        advance_slot(self._connection(), self.options.slot, decode_offset(end))
+        slot = self.options.slot
+        self._run(lambda c: advance_slot(c, slot, decode_offset(end)), f"confirming slot {slot}")
 
     def stop(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        if self._pg is not None:
+            self._pg.close()
 
 
 def _batch(rows: list[tuple[int, str, int, dt.datetime, int, int]]) -> pa.RecordBatch:
