@@ -9,6 +9,7 @@ which files a vacuum would delete (a dry run) and deletes them itself.
 from __future__ import annotations
 
 import json
+import math
 import os
 
 from pyarrow import fs as pafs
@@ -44,7 +45,8 @@ def checkpoint(table_path: str) -> int | None:
 
 
 def vacuum(table_path: str, *, retention_hours: float) -> list[str]:
-    """Delete the data files no version younger than ``retention_hours`` needs.
+    """Delete the data files no version younger than ``retention_hours`` (rounded up to
+    whole hours) needs.
 
     A file is deleted when the table removed it more than ``retention_hours`` ago, or
     when no log entry names it (a crashed writer's leftover) and it is older than that.
@@ -55,7 +57,8 @@ def vacuum(table_path: str, *, retention_hours: float) -> list[str]:
         return []
     with translate_errors(table_path):
         doomed = table.vacuum(
-            retention_hours=max(0, int(retention_hours)),
+            # delta-rs takes whole hours: rounded up, never down (half an hour is one)
+            retention_hours=max(0, math.ceil(retention_hours)),
             dry_run=True,
             enforce_retention_duration=False,
             full=True,
