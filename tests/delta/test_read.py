@@ -60,6 +60,35 @@ def test_versions_carry_the_commit_metadata(history_table) -> None:
     assert all(a.timestamp_ms <= b.timestamp_ms for a, b in itertools.pairwise(infos))
 
 
+def test_a_commit_landing_while_the_history_is_read_shifts_no_watermark(
+    tmp_path, monkeypatch
+) -> None:
+    """delta-rs numbers the commits it reads down from the version the table was opened
+    at: one committed in between gave every version the next one's watermark."""
+    from deltamv.delta import NoChange
+
+    path = str(tmp_path / "t")
+    schema = pa.schema([("k", pa.int64())])
+    sink = TableSink(path, schema, layout=["k"], app_id="a", metadata={})
+    for batch in (1, 2, 3):
+        sink.commit(batch, NoChange(), metadata={"deltamv.watermark": str(10 * batch)},
+                    expected_version=batch - 2 if batch > 1 else None)  # fmt: skip
+    real = DeltaTable.history
+    landed = []
+
+    def history_after_a_commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if len(landed) < 2:  # (twice: the first retry is raced too)
+            batch = 4 + len(landed)
+            sink.commit(batch, NoChange(), metadata={"deltamv.watermark": str(10 * batch)},
+                        expected_version=batch - 2)  # fmt: skip
+            landed.append(batch)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(DeltaTable, "history", history_after_a_commit)
+    found = [(v.version, v.watermark) for v in versions(path)]
+    assert found == [(0, 10), (1, 20), (2, 30), (3, 40), (4, 50)]
+
+
 def test_version_at_watermark_picks_the_latest_version_at_or_below(history_table) -> None:
     path, _ = history_table
     assert version_at_watermark(path, 999) is None

@@ -20,7 +20,7 @@ from deltamv.delta import spark as spark_delta
 from deltamv.delta._table import check_plain_parquet, require_table, translate_errors
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, WATERMARK_KEY
 from deltamv.delta.schema import arrow_to_spark
-from deltamv.errors import DeltaMVError, StateError
+from deltamv.errors import DeltaMVError, StateError, StorageError
 
 __all__ = [
     "VersionInfo",
@@ -49,12 +49,29 @@ class VersionInfo:
 
 
 def versions(table_path: str) -> list[VersionInfo]:
-    """Every version the Delta log still holds, oldest first."""
-    table = require_table(table_path)
-    with translate_errors(table_path):
-        history = table.history()
+    """Every version the Delta log still holds, oldest first.
+
+    delta-rs' ``history()`` reads the commits on storage, newest first, but numbers them
+    down from the version the table was opened at: a commit landing in between labels
+    every version with the next one's commit info (another watermark). So the history
+    counts only when the table's latest version is still the one it was opened at;
+    otherwise it is read again."""
+    for _ in range(_HISTORY_TRIES):
+        table = require_table(table_path)
+        with translate_errors(table_path):
+            history = table.history()
+            if require_table(table_path).version() == table.version():
+                break
+    else:
+        raise StorageError(
+            f"table {table_path} took a new version each of the {_HISTORY_TRIES} times its"
+            " history was read; try again"
+        )
     infos = [_version_info(table_path, h) for h in history]
     return sorted(infos, key=lambda v: v.version)
+
+
+_HISTORY_TRIES = 20
 
 
 def version_at_watermark(table_path: str, watermark: int) -> VersionInfo | None:
