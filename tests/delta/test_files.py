@@ -188,6 +188,21 @@ def test_small_decimals_have_bounds_in_plain_digits_that_filters_use(tmp_path) -
         assert found.num_rows == 1, value
 
 
+def test_booleans_have_bounds_that_filters_use(tmp_path) -> None:
+    """delta-rs' pyarrow dataset skipped a file for a filter on a column without bounds."""
+    schema = pa.schema([("k", pa.int64()), ("flag", pa.bool_())])
+    path = str(tmp_path / "t")
+    sink = TableSink(path, schema, layout=["k"], app_id="t", metadata={}, target_file_rows=2)
+    data = pa.table({"k": [1, 2, 3, 4], "flag": [False, False, True, None]}, schema=schema)
+    sink.commit(1, Replace(data), metadata={}, expected_version=None)
+    files = sorted(pa.table(DeltaTable(path).get_add_actions(flatten=True)).to_pylist(),
+                   key=lambda f: f["min.k"])  # fmt: skip
+    assert [(f["min.flag"], f["max.flag"]) for f in files] == [(False, False), (True, True)]
+    dataset = DeltaTable(path).to_pyarrow_dataset()
+    assert dataset.to_table(filter=pc.field("flag")).column("k").to_pylist() == [3]
+    assert dataset.to_table(filter=~pc.field("flag")).num_rows == 2
+
+
 def test_a_date_past_year_9999_is_written_without_bounds(tmp_path) -> None:
     schema = pa.schema([("day", pa.date32())])
     days = pa.array([2_932_897, -800_000], pa.int32()).cast(pa.date32())  # 10000-01-01, ...

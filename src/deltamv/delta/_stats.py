@@ -2,7 +2,7 @@
 
 Statistics are computed from the batches as they are written, so they describe exactly
 the rows in the file. Bounds are only recorded where they are certainly bounds: no
-min/max for booleans, binary, nested or zone-less timestamps, or non-finite floats. A
+min/max for binary, nested or zone-less timestamps, or non-finite floats. A
 string longer than 32 characters is bounded by its prefix below and by that prefix with
 its last character raised above.
 """
@@ -25,6 +25,7 @@ _UNITS_PER_MS = {"ms": 1, "us": 1_000, "ns": 1_000_000}
 def _has_bounds(t: pa.DataType) -> bool:
     return (
         pa.types.is_integer(t)
+        or pa.types.is_boolean(t)
         or pa.types.is_floating(t)
         or pa.types.is_decimal(t)
         or pa.types.is_date32(t)
