@@ -111,6 +111,17 @@ def test_errors_name_the_view(tmp_path: Path) -> None:
         pick({**paths, "b": str(tmp_path / "none")}, ["a", "b"])
 
 
+def test_a_version_whose_files_are_gone_says_so(tmp_path: Path) -> None:
+    from deltamv.delta import file_uris
+
+    paths = make_views(tmp_path, {"a": [ts(1), ts(2)]})
+    for uri in file_uris(paths["a"], 0):
+        Path(uri.removeprefix("file://")).unlink()
+    with pytest.raises(DeltaMVError, match=r"a file it names is gone .*a vacuum removes"):
+        read_arrow(paths, "a", as_of_watermark=ts(1))
+    assert total(read_arrow(paths, "a")) == 2
+
+
 def test_spark_reads_match_arrow_reads(spark: Any, tmp_path: Path) -> None:
     paths = make_views(tmp_path, {"a": [ts(1), ts(2), ts(3)], "b": [ts(1), ts(2)]})
     read = pick(paths, ["a", "b"])

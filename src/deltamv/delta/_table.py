@@ -66,6 +66,11 @@ def translate_errors(table_path: str) -> Iterator[None]:
         ) from e
     except DeltaError as e:
         raise StorageError(f"Delta table {table_path}: {_line(e)}") from e
+    except FileNotFoundError as e:
+        raise StorageError(
+            f"Delta table {table_path}: a file it names is gone ({_line(e)}; a vacuum removes"
+            " the files of versions older than its retention)"
+        ) from e
     except OSError as e:
         raise StorageError(f"Delta table {table_path}: {_line(e)}") from e
 
