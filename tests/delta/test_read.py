@@ -63,30 +63,40 @@ def test_versions_carry_the_commit_metadata(history_table) -> None:
 def test_a_commit_landing_while_the_history_is_read_shifts_no_watermark(
     tmp_path, monkeypatch
 ) -> None:
-    """delta-rs numbers the commits it reads down from the version the table was opened
-    at: one committed in between gave every version the next one's watermark."""
+    """Each version carries its own commit's watermark, also when versions land while the
+    log is read (delta-rs' history() numbers the commits it reads down from the version
+    the table was opened at: one committed meanwhile gave each version the next one's)."""
     from deltamv.delta import NoChange
+    from deltamv.delta import read as read_module
 
     path = str(tmp_path / "t")
     schema = pa.schema([("k", pa.int64())])
     sink = TableSink(path, schema, layout=["k"], app_id="a", metadata={})
-    for batch in (1, 2, 3):
+
+    def commit(batch: int) -> None:
         sink.commit(batch, NoChange(), metadata={"deltamv.watermark": str(10 * batch)},
                     expected_version=batch - 2 if batch > 1 else None)  # fmt: skip
-    real = DeltaTable.history
-    landed = []
 
-    def history_after_a_commit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if len(landed) < 2:  # (twice: the first retry is raced too)
-            batch = 4 + len(landed)
-            sink.commit(batch, NoChange(), metadata={"deltamv.watermark": str(10 * batch)},
-                        expected_version=batch - 2)  # fmt: skip
-            landed.append(batch)
-        return real(self, *args, **kwargs)
+    for batch in (1, 2, 3):
+        commit(batch)
+    stale = DeltaTable(path)
+    commit(4)
+    labels = {int(h["version"]): h["deltamv.watermark"] for h in stale.history()}
+    assert labels[2] == "40"  # (what delta-rs does: the next version's commit as version 2)
 
-    monkeypatch.setattr(DeltaTable, "history", history_after_a_commit)
+    real = read_module._commit_info
+    landed: list[int] = []
+
+    def read_while_committing(text: str):  # type: ignore[no-untyped-def]
+        if len(landed) < 2:
+            landed.append(5 + len(landed))
+            commit(landed[-1])
+        return real(text)
+
+    monkeypatch.setattr(read_module, "_commit_info", read_while_committing)
     found = [(v.version, v.watermark) for v in versions(path)]
-    assert found == [(0, 10), (1, 20), (2, 30), (3, 40), (4, 50)]
+    assert found[:4] == [(0, 10), (1, 20), (2, 30), (3, 40)]
+    assert all(w == 10 * (v + 1) for v, w in found)
 
 
 def test_version_at_watermark_picks_the_latest_version_at_or_below(history_table) -> None:

@@ -9,18 +9,21 @@ than read them wrong.
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.delta import spark as spark_delta
 from deltamv.delta._table import check_plain_parquet, require_table, translate_errors
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, WATERMARK_KEY
 from deltamv.delta.schema import arrow_to_spark
-from deltamv.errors import DeltaMVError, StateError, StorageError
+from deltamv.errors import DeltaMVError, StateError
 
 __all__ = [
     "VersionInfo",
@@ -51,27 +54,36 @@ class VersionInfo:
 def versions(table_path: str) -> list[VersionInfo]:
     """Every version the Delta log still holds, oldest first.
 
-    delta-rs' ``history()`` reads the commits on storage, newest first, but numbers them
-    down from the version the table was opened at: a commit landing in between labels
-    every version with the next one's commit info (another watermark). So the history
-    counts only when the table's latest version is still the one it was opened at;
-    otherwise it is read again."""
-    for _ in range(_HISTORY_TRIES):
-        table = require_table(table_path)
-        with translate_errors(table_path):
-            history = table.history()
-            if require_table(table_path).version() == table.version():
-                break
-    else:
-        raise StorageError(
-            f"table {table_path} took a new version each of the {_HISTORY_TRIES} times its"
-            " history was read; try again"
-        )
-    infos = [_version_info(table_path, h) for h in history]
+    Read from the log's commit files, each numbered by its name: delta-rs' ``history()``
+    numbers the commits it reads down from the version the table was opened at, so a
+    commit landing meanwhile gave every version the next one's commit info (another
+    watermark)."""
+    require_table(table_path)
+    filesystem, root = pafs.FileSystem.from_uri(_uri(table_path))
+    infos = []
+    with translate_errors(table_path):
+        found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+        for entry in found:
+            name = entry.base_name
+            if not (len(name) == 25 and name.endswith(".json") and name[:20].isdigit()):
+                continue
+            with filesystem.open_input_stream(entry.path) as f:
+                commit = _commit_info(f.read().decode("utf-8"))
+            infos.append(_version_info(table_path, {**commit, "version": int(name[:20])}))
     return sorted(infos, key=lambda v: v.version)
 
 
-_HISTORY_TRIES = 20
+def _commit_info(log_entry: str) -> dict[str, Any]:
+    for line in log_entry.splitlines():
+        if '"commitInfo"' in line:
+            action = json.loads(line)
+            if isinstance(action.get("commitInfo"), dict):
+                return dict(action["commitInfo"])
+    return {}
+
+
+def _uri(path: str) -> str:
+    return path if "://" in path else os.path.abspath(path)
 
 
 def version_at_watermark(table_path: str, watermark: int) -> VersionInfo | None:
