@@ -4,6 +4,7 @@ import logging
 import tempfile
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from deltamv import tso
 from deltamv.errors import StorageError
@@ -80,3 +81,13 @@ def test_commit_tso_strictly_increases_and_follows_the_clock() -> None:
     assert tso.physical_ms(d) == t0 // 1000 + 10 and tso.logical(d) == 0
     full = tso.compose(5, tso.LOGICAL_MASK)
     assert commit_tso(0, full) == tso.compose(6, 0)  # logical overflow carries
+
+
+def test_connections_keep_alive_unless_the_dsn_says_otherwise(pg_server) -> None:  # type: ignore[no-untyped-def]
+    """TCP keepalives: a server gone without closing the connection breaks it in about a
+    minute, not the system's two hours."""
+    with connect(pg_server.dsn()) as conn:
+        options = conninfo_to_dict(conn.info.dsn)
+    assert (options["keepalives_idle"], options["keepalives_count"]) == ("30", "3")
+    with connect(pg_server.dsn() + " keepalives_idle=300") as conn:
+        assert conninfo_to_dict(conn.info.dsn)["keepalives_idle"] == "300"

@@ -41,6 +41,12 @@ _PERMANENT_TEXT = (
 )
 _SHOWN_KEYS = ("host", "hostaddr", "port", "dbname", "user")
 
+# TCP keepalives (unless the DSN sets its own): a server gone without closing the
+# connection (a network cut, a host down) breaks it within about a minute, and the job
+# opens it again or says so, where the system's default waits two hours.
+_KEEPALIVES = {"keepalives": "1", "keepalives_idle": "30", "keepalives_interval": "10",
+               "keepalives_count": "3"}  # fmt: skip
+
 
 def describe_dsn(dsn: str) -> str:
     """``host=... port=... dbname=... user=...`` of a DSN: never its password or other
@@ -105,7 +111,7 @@ def connect(
         raise ConfigError(
             "source.dsn", f"not a libpq connection string: {_one_line(e, dsn)}"
         ) from None
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {key: v for key, v in _KEEPALIVES.items() if key not in given}
     if "application_name" not in given:
         extra["application_name"] = "deltamv"
     if replication:
