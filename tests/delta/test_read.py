@@ -79,11 +79,7 @@ def test_a_commit_landing_while_the_history_is_read_shifts_no_watermark(
 
     for batch in (1, 2, 3):
         commit(batch)
-    stale = DeltaTable(path)
     commit(4)
-    labels = {int(h["version"]): h["deltamv.watermark"] for h in stale.history()}
-    assert labels[2] == "40"  # (what delta-rs does: the next version's commit as version 2)
-
     real = read_module._commit_info
     landed: list[int] = []
 

@@ -139,3 +139,33 @@ def test_the_outbox_holds_a_batch_until_it_is_finished(store: StateStore) -> Non
     assert store.outbox.batches() == [4]
     with pytest.raises(ValueError, match="unknown outbox kind"):
         store.outbox.put(5, "view:v", "append")
+
+
+def test_kept_rows_of_an_earlier_version_take_the_columns_names_of_this_one(
+    store: StateStore,
+) -> None:
+    """A column named like a field the job keeps beside it travels under another name
+    (``schema.change_column``); rows an earlier version kept pending or buffered under
+    its declared name are renamed at the start, the fields beside them left alone."""
+    from deltamv.pipeline.match import renamed_since_kept
+
+    declared = ["id", "key", "_op", "__n", "__old_id", "__old_x", "#key"]
+    renames = renamed_since_kept(declared, ["id"])
+    assert renames == {"_op": "#_op", "__n": "#__n", "__old_x": "#__old_x", "#key": "##key"}
+    kept = {
+        "region": [1], "start_ts": [10], "key": ["t/1"], "op": ["PUT"], "id": [1],
+        "_op": [7], "__old_x": ["x"], "#key": ["h"], "__old_id": pa.array([None], pa.int64()),
+    }  # fmt: skip
+    with store.transaction():
+        store.pending.add("t", pa.table(kept))
+        store.buffer.add("t", pa.table({**kept, "commit_ts": [11]}))
+        store.buffer.add("u", pa.table({**kept, "commit_ts": [11]}))  # another table
+    assert store.rename_chunk_columns({"t": renames}) == 2
+    assert store.rename_chunk_columns({"t": renames}) == 0  # once
+    with store.transaction():
+        (pending,) = store.pending.take(txns((1, 10))).values()
+        buffered = dict(store.buffer.take(100))
+    for rows in (pending, buffered["t"]):
+        assert {"key", "op", "#_op", "#__old_x", "##key", "__old_id"} <= set(rows.column_names)
+        assert rows.column("#_op").to_pylist() == [7] and rows.column("key").to_pylist() == ["t/1"]
+    assert "_op" in buffered["u"].column_names

@@ -4,7 +4,7 @@ Statistics are computed from the batches as they are written, so they describe e
 the rows in the file. Bounds are only recorded where they are certainly bounds: no
 min/max for binary, nested or zone-less timestamps, or non-finite floats. A
 string longer than 32 characters is bounded by its prefix below and by that prefix with
-its last character raised above.
+its last character raised above (or by the whole string, when no character can be).
 """
 
 from __future__ import annotations
@@ -114,16 +114,16 @@ def _json_value(scalar: Any, t: pa.DataType, *, upper: bool) -> str | None:
             if not upper:
                 return json.dumps(value[:STRING_PREFIX])
             above = _above(value[:STRING_PREFIX])
-            return None if above is None else json.dumps(above)
+            return json.dumps(value if above is None else above)  # (whole, the max itself)
         return json.dumps(value)
     return json.dumps(value)
 
 
 def _above(prefix: str) -> str | None:
-    """A string above every string that starts with ``prefix``, both in code point order
-    (Spark's, delta-rs') and in UTF-16 order: its last character that can be raised
-    without crossing from U+FFFF to the planes above (where the orders differ), raised
-    by one, past the surrogates; None when none can."""
+    """A string above every string that starts with ``prefix`` in code point order (the
+    order Spark, delta-rs, DuckDB and Polars compare in): ``prefix`` with its last
+    character that can be raised raised by one, past the surrogates, and not from U+FFFF
+    to the planes above (UTF-16 would sort that lower); None when none can."""
     for i in range(len(prefix) - 1, -1, -1):
         code = ord(prefix[i])
         if code in (0xFFFF, 0x10FFFF):

@@ -59,16 +59,19 @@ def versions(table_path: str) -> list[VersionInfo]:
     commit landing meanwhile gave every version the next one's commit info (another
     watermark)."""
     require_table(table_path)
-    filesystem, root = pafs.FileSystem.from_uri(_uri(table_path))
     infos = []
     with translate_errors(table_path):
+        filesystem, root = pafs.FileSystem.from_uri(_uri(table_path))
         found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
         for entry in found:
             name = entry.base_name
             if not (len(name) == 25 and name.endswith(".json") and name[:20].isdigit()):
                 continue
-            with filesystem.open_input_stream(entry.path) as f:
-                commit = _commit_info(f.read().decode("utf-8"))
+            try:
+                with filesystem.open_input_stream(entry.path) as f:
+                    commit = _commit_info(f.read().decode("utf-8"))
+            except FileNotFoundError:
+                continue  # dropped by a log cleanup since the listing
             infos.append(_version_info(table_path, {**commit, "version": int(name[:20])}))
     return sorted(infos, key=lambda v: v.version)
 

@@ -43,6 +43,7 @@ from deltamv.errors import DeltaMVError
 from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import EventGroup, IngestResult, ingest
 from deltamv.pipeline.ledger import SegmentLedger
+from deltamv.pipeline.match import renamed_since_kept
 from deltamv.state.store import SegmentRecord, StateStore
 
 __all__ = ["BatchSegments", "ChangelogUpstream"]
@@ -81,9 +82,18 @@ class ChangelogUpstream:
         return read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
 
     def open(self, store: StateStore) -> None:
-        """Check every segment the job read is still as it was (before anything runs)."""
+        """Check every segment the job read is still as it was (before anything runs);
+        name the columns of rows an earlier version kept pending or buffered as this one
+        does (``schema.change_column``)."""
         self.ledger = SegmentLedger(store)
         self.ledger.verify_all()
+        renames = {
+            name: renamed_since_kept(table.schema.names, table.primary_key)
+            for name, table in self.config.tables.items()
+        }
+        if any(renames.values()) and store.rename_chunk_columns(renames):
+            log.info("renamed columns of rows kept from an earlier version (%s)",
+                     ", ".join(sorted(n for n, r in renames.items() if r)))  # fmt: skip
 
     def snapshot(self, store: StateStore) -> Iterator[tuple[str, pa.Table]] | None:
         snapshot = self.config.snapshot

@@ -243,9 +243,9 @@ class PostgresUpstream:
                 drop_slot(self._connection(), self.slot)
             except psycopg.OperationalError as exc:  # the server restarted, say
                 raise StorageError(
-                    f"lost the connection to PostgreSQL at {describe_dsn(self.dsn)} while"
-                    f" copying the tables: {' '.join(str(exc).split())[:300]} (the next start"
-                    " drops the slot and copies again)"
+                    f"the copy of the tables from PostgreSQL at {describe_dsn(self.dsn)}"
+                    f" failed: {' '.join(str(exc).split())[:300]} (the next start drops the"
+                    " slot and copies again)"
                 ) from None
 
     def _copy_once(self, store: StateStore) -> Iterator[tuple[str, pa.Table]]:
@@ -383,7 +383,7 @@ class PostgresUpstream:
         pass
 
     def close(self) -> None:
-        pass
+        self._pg.close()
 
     def after_run(self, store: StateStore) -> None:
         """Confirm to PostgreSQL what is committed: Spark confirms a batch only when it
@@ -411,7 +411,7 @@ class PostgresUpstream:
                 return
             except SlotInUseError:
                 if time.monotonic() >= deadline:
-                    log.info(
+                    log.warning(
                         "slot %s is busy; the next start confirms what this run committed",
                         self.slot,
                     )

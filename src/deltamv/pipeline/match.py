@@ -34,9 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamv.changelog import events as ev
+from deltamv.changelog.batch import OLD_PREFIX
 from deltamv.compute import Compute
 from deltamv.errors import BadRecordError
 from deltamv.pipeline.frontier import RegionState
+from deltamv.schema import change_column
 from deltamv.state.chunks import DoneTxns, PendingTxns
 
 __all__ = ["Matched", "match"]
@@ -372,6 +374,15 @@ def _renamed(table: pa.Table, old: str, new: str) -> pa.Table:
 
 
 _FRONT = ("key", "start_ts", "commit_ts", "op")
+
+
+def renamed_since_kept(names: Sequence[str], primary_key: Sequence[str]) -> dict[str, str]:
+    """A table's columns whose name in kept rows (pending, buffered) is now another
+    (``schema.change_column``), old name to new: rows an earlier version kept name them
+    as declared. Not the fields kept beside them (``region`` and :data:`_FRONT`), nor
+    ``__old_<pk>``: a column so named could not be kept then."""
+    kept = {"region", *_FRONT, *(OLD_PREFIX + c for c in primary_key)}
+    return {c: change_column(c) for c in names if change_column(c) != c and c not in kept}
 
 
 def _committed_layout(rows: pa.Table) -> pa.Table:

@@ -60,6 +60,32 @@ def _put_chunks(
     return ids
 
 
+def rename_chunk_columns(db: sqlite3.Connection, renames: Mapping[str, Mapping[str, str]]) -> int:
+    """In the pending and buffered rows of each table (``renames[table]``: a column's old
+    name to its new one), rename a column a chunk has under its old name and not under
+    its new one: chunks written by an earlier version that named it otherwise. Returns
+    how many chunks were rewritten."""
+    count = 0
+    for table, names in renames.items():
+        if not names:
+            continue
+        found = db.execute(
+            "SELECT id, data FROM chunks WHERE kind IN ('pending', 'buffer') AND tbl = ?",
+            (table,),
+        ).fetchall()
+        for chunk, data in found:
+            rows = from_blob(data)
+            old = rows.column_names
+            new = [names[c] if c in names and names[c] not in old else c for c in old]
+            if new != old:
+                db.execute(
+                    "UPDATE chunks SET data = ? WHERE id = ?",
+                    (to_blob(rows.rename_columns(new)), chunk),
+                )
+                count += 1
+    return count
+
+
 def _temp_txns(db: sqlite3.Connection, txns: pa.Table) -> None:
     db.execute("CREATE TEMP TABLE IF NOT EXISTS _txns (region INTEGER, start_ts INTEGER)")
     db.execute("DELETE FROM _txns")

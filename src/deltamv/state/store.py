@@ -32,7 +32,7 @@ from typing import Any
 
 from deltamv.errors import StateError, StorageError
 from deltamv.pipeline.frontier import RegionState
-from deltamv.state.chunks import Buffer, DoneTxns, Outbox, PendingTxns
+from deltamv.state.chunks import Buffer, DoneTxns, Outbox, PendingTxns, rename_chunk_columns
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -475,6 +475,11 @@ class StateStore(_Reader):
                 (duration_ms, None if report is None else json.dumps(report), batch),
             )
             self.db.execute("DELETE FROM batches WHERE batch <= ?", (batch - _KEEP_BATCHES,))
+
+    def rename_chunk_columns(self, renames: Mapping[str, Mapping[str, str]]) -> int:
+        """See :func:`.chunks.rename_chunk_columns` (in a transaction of its own)."""
+        with self.transaction():
+            return rename_chunk_columns(self.db, renames)
 
     def mark_bootstrapped(self) -> None:
         """The start is in the state (a snapshot loaded, its first versions staged)."""

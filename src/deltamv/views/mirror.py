@@ -246,29 +246,33 @@ def _fill_unchanged(
         return changes
     prev = changes.column(PREV_KEY)
     old = mirror.lookup([KEY], pa.table({KEY: pc.drop_null(prev)})).drop_columns([ROWID])
-    # o: the old rows, their columns numbered (o0 the key); r: the changes
+    # r: the changes, o: the old rows, their columns numbered (o0 the key): DuckDB matches
+    # names ignoring case, so a column "Key" would meet the change's own key
     old = old.rename_columns([f"o{i}" for i in range(old.num_columns)])
-    at = {n: i + 1 for i, n in enumerate(names)}
+    at = {change_column(n): i + 1 for i, n in enumerate(names)}  # o's position by r's name
+    named = {change_column(n): n for n in names}
+    given = changes.column_names
+    r = changes.rename_columns([f"r{i}" for i in range(len(given))])
+    r = r.append_column("rn", pa.array(range(changes.num_rows), pa.int64()))
+    unchanged, prev_key, key = (f"r{given.index(c)}" for c in (UNCHANGED, PREV_KEY, "key"))
     select = []
-    for c in changes.column_names:
-        name = next((n for n in names if change_column(n) == c), None)
-        if name is None:
-            select.append(f'r."{c}"')
+    for i, c in enumerate(given):
+        if c not in named:
+            select.append(f"r.r{i} AS c{i}")
             continue
-        text = name.replace("'", "''")
+        text = named[c].replace("'", "''")
         select.append(
-            f"CASE WHEN list_contains(r.\"{UNCHANGED}\", '{text}') THEN o.o{at[name]}"
-            f' ELSE r."{c}" END AS "{c}"'
+            f"CASE WHEN list_contains(r.{unchanged}, '{text}') THEN o.o{at[c]}"
+            f" ELSE r.r{i} END AS c{i}"
         )
     out = compute.query(
-        f'SELECT {", ".join(select)} FROM r LEFT JOIN o ON o.o0 = r."{PREV_KEY}" ORDER BY r.__n',
-        r=changes.append_column("__n", pa.array(range(changes.num_rows), pa.int64())),
-        o=old,
-    )
+        f"SELECT {', '.join(select)} FROM r LEFT JOIN o ON o.o0 = r.{prev_key} ORDER BY r.rn",
+        r=r, o=old,
+    ).rename_columns(given)  # fmt: skip
     missing = compute.query(
-        f'SELECT r.key FROM r LEFT JOIN o ON o.o0 = r."{PREV_KEY}"'
-        f' WHERE len(r."{UNCHANGED}") > 0 AND o.o0 IS NULL LIMIT 1',
-        r=changes, o=old,
+        f"SELECT r.{key} FROM r LEFT JOIN o ON o.o0 = r.{prev_key}"
+        f" WHERE len(r.{unchanged}) > 0 AND o.o0 IS NULL LIMIT 1",
+        r=r, o=old,
     )  # fmt: skip
     if missing.num_rows:
         from deltamv.errors import StateError
