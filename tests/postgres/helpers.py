@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -44,3 +45,17 @@ def rows(batch: ChangeBatch, table: str, *columns: str) -> list[tuple[Any, ...]]
     """``(_key, _op, *columns)`` of a table's net rows, in commit order."""
     data = batch.tables[table].rows
     return list(zip(*(data[c].to_pylist() for c in ("_key", "_op", *columns)), strict=True))
+
+
+def one_table_job(dsn: str, folder: Path, job: str, view_sql: str) -> Path:
+    """Table ``t (id int PRIMARY KEY, v int)`` holding (1, 1), and the config of a job
+    ``job`` reading it (checkpoint and view ``all`` under ``folder``)."""
+    with psycopg.connect(dsn, autocommit=True) as pg:
+        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
+    config = folder / "job.toml"
+    config.write_text(
+        f'[job]\nname = "{job}"\ncheckpoint = "{folder}/ck"\n\n'
+        f'[source]\nkind = "postgres"\ndsn = "{dsn}"\n\n[tables.t]\n\n'
+        f'[views.all]\nsql = "{view_sql}"\npath = "{folder}/all"\n'
+    )
+    return config

@@ -23,18 +23,13 @@ from deltamv import delta, tso
 from deltamv.config import load_config
 from deltamv.job import ViewJob
 
+from .helpers import one_table_job
+
 
 def test_first_watermark_covers_a_transaction_the_slot_waited_for(
     spark: Any, pg_dsn: str, tmp_path: Path
 ) -> None:
-    with psycopg.connect(pg_dsn, autocommit=True) as pg:
-        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
-    config = tmp_path / "job.toml"
-    config.write_text(
-        f'[job]\nname = "firstwm"\ncheckpoint = "{tmp_path}/ck"\n\n'
-        f'[source]\nkind = "postgres"\ndsn = "{pg_dsn}"\n\n[tables.t]\n\n'
-        f'[views.n]\nsql = "SELECT COUNT(*) AS n, SUM(v) AS s FROM t"\npath = "{tmp_path}/n"\n'
-    )
+    config = one_table_job(pg_dsn, tmp_path, "firstwm", "SELECT COUNT(*) AS n, SUM(v) AS s FROM t")
     job = ViewJob(load_config(config), spark)
     errors: list[BaseException] = []
 
@@ -60,8 +55,8 @@ def test_first_watermark_covers_a_transaction_the_slot_waited_for(
         open_txn.commit()
     thread.join(timeout=300)
     assert not thread.is_alive() and not errors, errors
-    first = delta.versions(str(tmp_path / "n"))[0]
-    rows = delta.read_arrow(str(tmp_path / "n"), first.version).to_pylist()
+    first = delta.versions(str(tmp_path / "all"))[0]
+    rows = delta.read_arrow(str(tmp_path / "all"), first.version).to_pylist()
     assert rows == [{"n": 2, "s": 21}]  # the waited-for transaction is in the copy
     assert first.watermark is not None
     physical_ms = tso.physical_ms(first.watermark)

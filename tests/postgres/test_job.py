@@ -21,6 +21,7 @@ from deltamv.config import load_config
 from deltamv.job import ViewJob
 
 from . import bank
+from .helpers import one_table_job
 
 EVERY_KIND = {
     "transfer": 5, "twice": 2, "move": 2, "open": 1, "close": 1, "note": 1, "owner": 1,
@@ -158,14 +159,7 @@ def test_a_copy_cut_short_by_the_server_is_one_line_and_the_next_start_copies_ag
     import deltamv.job.postgres as job_postgres
     from deltamv.errors import StorageError
 
-    with psycopg.connect(pg_dsn, autocommit=True) as pg:
-        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
-    config = tmp_path / "job.toml"
-    config.write_text(
-        f'[job]\nname = "cut"\ncheckpoint = "{tmp_path}/ck"\n\n'
-        f'[source]\nkind = "postgres"\ndsn = "{pg_dsn}"\n\n[tables.t]\n\n'
-        f'[views.all]\nsql = "SELECT id, v FROM t"\npath = "{tmp_path}/all"\n'
-    )
+    config = one_table_job(pg_dsn, tmp_path, "cut", "SELECT id, v FROM t")
     real = job_postgres.copy_tables
 
     def cut_short(*args: Any, **kwargs: Any) -> Any:
