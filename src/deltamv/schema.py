@@ -80,6 +80,17 @@ def change_column(name: str) -> str:
     return "#" + name if clash else name
 
 
+def alike_names(names: list[str]) -> tuple[str, str] | None:
+    """The first two of ``names`` that are equal ignoring case (a Delta table's and
+    Spark's rule for columns), or None."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if name.lower() in seen:
+            return seen[name.lower()], name
+        seen[name.lower()] = name
+    return None
+
+
 def reserved_column(names: list[str]) -> str | None:
     """The first of ``names`` the job keeps for itself (RESERVED_COLUMNS), or None."""
     for name in names:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 from deltalake import DeltaTable
@@ -18,6 +19,11 @@ from deltamv.errors import CommitConflictError, DeltaMVError, StorageError
 # Readers here read Parquet files by themselves: a table that needs a Delta reader to
 # interpret its files (deletion vectors, column mapping) would be read wrong.
 _UNREADABLE_FEATURES = {"deletionVectors", "columnMapping"}
+
+
+def table_uri(path: str) -> str:
+    """A table's path as a URI pyarrow's file systems take (a local path made absolute)."""
+    return path if "://" in path else os.path.abspath(path)
 
 
 def open_table(table_path: str, version: int | None = None) -> DeltaTable | None:

@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 
 from pyarrow import fs as pafs
 
-from deltamv.delta._table import open_table, translate_errors
+from deltamv.delta._table import open_table, table_uri, translate_errors
 
 __all__ = ["checkpoint", "last_checkpoint", "vacuum"]
 
 
 def last_checkpoint(table_path: str) -> int | None:
     """The version of the table's latest log checkpoint (``_last_checkpoint``), or None."""
-    filesystem, root = pafs.FileSystem.from_uri(_uri(table_path))
+    filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
     try:
         with filesystem.open_input_stream(f"{root}/_delta_log/_last_checkpoint") as f:
             return int(json.loads(f.read().decode("utf-8"))["version"])
@@ -64,11 +63,11 @@ def vacuum(table_path: str, *, retention_hours: float) -> list[str]:
             full=True,
         )
         keep = set(table.file_uris())
-    filesystem, root = pafs.FileSystem.from_uri(_uri(table_path))
+    filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
     deleted = []
     for rel in doomed:
         full = rel if "://" in rel or rel.startswith("/") else f"{root}/{rel}"
-        if full in keep or _uri(full) in keep:
+        if full in keep or table_uri(full) in keep:
             continue  # belt and braces: never a file of the current version
         with translate_errors(table_path):
             try:
@@ -77,7 +76,3 @@ def vacuum(table_path: str, *, retention_hours: float) -> list[str]:
                 continue
         deleted.append(full)
     return deleted
-
-
-def _uri(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)

@@ -10,7 +10,6 @@ than read them wrong.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -20,7 +19,12 @@ from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.delta import spark as spark_delta
-from deltamv.delta._table import check_plain_parquet, require_table, translate_errors
+from deltamv.delta._table import (
+    check_plain_parquet,
+    require_table,
+    table_uri,
+    translate_errors,
+)
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, WATERMARK_KEY
 from deltamv.delta.schema import arrow_to_spark
 from deltamv.errors import DeltaMVError, StateError
@@ -61,7 +65,7 @@ def versions(table_path: str) -> list[VersionInfo]:
     require_table(table_path)
     infos = []
     with translate_errors(table_path):
-        filesystem, root = pafs.FileSystem.from_uri(_uri(table_path))
+        filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
         found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
         for entry in found:
             name = entry.base_name
@@ -83,10 +87,6 @@ def _commit_info(log_entry: str) -> dict[str, Any]:
             if isinstance(action.get("commitInfo"), dict):
                 return dict(action["commitInfo"])
     return {}
-
-
-def _uri(path: str) -> str:
-    return path if "://" in path else os.path.abspath(path)
 
 
 def version_at_watermark(table_path: str, watermark: int) -> VersionInfo | None:

@@ -28,7 +28,8 @@ __all__ = ["Released", "release"]
 @dataclass(frozen=True)
 class Released:
     """Per table, each released key's last change: ``key, op, commit_ts`` then the
-    table's columns (named by ``schema.change_column``) and ``__old_<pk>`` columns. ``rows`` counts the row versions released."""
+    table's columns (named by ``schema.change_column``) and ``__old_<pk>`` columns.
+    ``rows`` counts the row versions released."""
 
     changes: Mapping[str, pa.Table]
     rows: int

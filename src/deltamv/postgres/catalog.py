@@ -35,7 +35,14 @@ from typing import Any, Literal
 import psycopg
 
 from deltamv.errors import ConfigError
-from deltamv.schema import RESERVED_REASON, Column, Kind, TableSchema, reserved_column
+from deltamv.schema import (
+    RESERVED_REASON,
+    Column,
+    Kind,
+    TableSchema,
+    alike_names,
+    reserved_column,
+)
 
 __all__ = [
     "SUPPORTED_TYPES",
@@ -282,13 +289,12 @@ def _read_table(
     reserved = reserved_column(names)
     if reserved is not None:
         raise ConfigError(key, f"column {qualified}.{reserved}: {RESERVED_REASON}")
-    folded = [n.lower() for n in names]
-    twice = next((n for i, n in enumerate(names) if n.lower() in folded[:i]), None)
+    twice = alike_names(names)
     if twice is not None:
-        first = names[folded.index(twice.lower())]
+        first, second = twice
         raise ConfigError(
             key,
-            f"table {qualified} has columns {first!r} and {twice!r}, whose names differ only"
+            f"table {qualified} has columns {first!r} and {second!r}, whose names differ only"
             " in case: Delta tables and Spark do not tell them apart",
         )
     primary = [r for r in indexes if r[0]]

@@ -8,23 +8,13 @@ from pyspark.sql.types import BooleanType
 
 from deltamv.config import JobConfig
 from deltamv.errors import ConfigError
+from deltamv.schema import alike_names
 from deltamv.views.ivm import W as WEIGHT
 
 
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
-
-
-def _same_name(names: list[str]) -> list[str]:
-    """The first two of ``names`` that are equal ignoring case (Delta's and Spark's rule
-    for a table's columns), or none."""
-    seen: dict[str, str] = {}
-    for name in names:
-        if name.lower() in seen:
-            return [seen[name.lower()], name]
-        seen[name.lower()] = name
-    return []
 
 
 def register_empty_tables(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
@@ -62,7 +52,7 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
                 " change's weight; name it otherwise with AS",
                 source=config.origin,
             )
-        twice = _same_name(names)
+        twice = alike_names(names)
         if twice:
             raise ConfigError(
                 f"views.{name}.sql",
