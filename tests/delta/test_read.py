@@ -67,7 +67,7 @@ def test_a_commit_landing_while_the_history_is_read_shifts_no_watermark(
     log is read (delta-rs' history() numbers the commits it reads down from the version
     the table was opened at: one committed meanwhile gave each version the next one's)."""
     from deltamv.delta import NoChange
-    from deltamv.delta import read as read_module
+    from deltamv.delta import _table as table_module
 
     path = str(tmp_path / "t")
     schema = pa.schema([("k", pa.int64())])
@@ -80,7 +80,7 @@ def test_a_commit_landing_while_the_history_is_read_shifts_no_watermark(
     for batch in (1, 2, 3):
         commit(batch)
     commit(4)
-    real = read_module._commit_info
+    real = table_module._commit_info
     landed: list[int] = []
 
     def read_while_committing(text: str):  # type: ignore[no-untyped-def]
@@ -89,7 +89,7 @@ def test_a_commit_landing_while_the_history_is_read_shifts_no_watermark(
             commit(landed[-1])
         return real(text)
 
-    monkeypatch.setattr(read_module, "_commit_info", read_while_committing)
+    monkeypatch.setattr(table_module, "_commit_info", read_while_committing)
     found = [(v.version, v.watermark) for v in versions(path)]
     assert found[:4] == [(0, 10), (1, 20), (2, 30), (3, 40)]
     assert all(w == 10 * (v + 1) for v, w in found)

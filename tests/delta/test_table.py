@@ -60,6 +60,27 @@ def test_refresh_follows_new_versions_and_their_files(tmp_path) -> None:
     assert handle.add_actions().num_rows == 3
 
 
+def test_commits_since_names_each_version_by_its_own_commit(tmp_path) -> None:
+    """A commit landing after the handle read its version neither shows nor shifts the
+    commit infos it gives (delta-rs' history() gave each version the next one's)."""
+    path = str(tmp_path / "t")
+    write_deltalake(path, _rows(0))
+    for n in (1, 2, 3):
+        write_deltalake(path, _rows(n), mode="append", commit_properties=_note(n))
+    handle = DeltaTableHandle(path)
+    assert handle.version() == 3
+    write_deltalake(path, _rows(4), mode="append", commit_properties=_note(4))
+
+    found = [(c["version"], c.get("note")) for c in handle.commits_since(1)]
+    assert found == [(2, "2"), (3, "3")]
+
+
+def _note(n: int):  # type: ignore[no-untyped-def]
+    from deltalake import CommitProperties
+
+    return CommitProperties(custom_metadata={"note": str(n)})
+
+
 def test_the_handle_knows_the_app_transactions_after_its_own_commits(tmp_path) -> None:
     path = str(tmp_path / "t")
     sink = TableSink(path, pa.schema([("k", pa.int64())]), layout=["k"], app_id="job", metadata={})

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from deltalake import DeltaTable
 from deltalake.exceptions import (
@@ -13,6 +15,7 @@ from deltalake.exceptions import (
     DeltaProtocolError,
     TableNotFoundError,
 )
+from pyarrow import fs as pafs
 
 from deltamv.errors import CommitConflictError, DeltaMVError, StorageError
 
@@ -42,6 +45,52 @@ def require_table(table_path: str, version: int | None = None) -> DeltaTable:
         at = "" if version is None else f" with a version {version}"
         raise DeltaMVError(f"there is no Delta table at {table_path}{at}")
     return table
+
+
+def commit_infos(
+    table_path: str, *, after: int = -1, upto: int | None = None, first: bool = False
+) -> list[dict[str, Any]]:
+    """The commit infos of the versions in ``(after, upto]`` that the log still holds,
+    oldest first (``first``: only the oldest), each with its ``version``.
+
+    Read from the log's commit files, each numbered by its name: delta-rs' ``history()``
+    numbers the commits it reads down from the version the table was opened at, so a
+    commit landing meanwhile gave every version the next one's commit info. A commit
+    file a log cleanup drops after the listing is skipped."""
+    infos: list[dict[str, Any]] = []
+    with translate_errors(table_path):
+        filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
+        found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+        numbered = sorted(
+            (int(entry.base_name[:20]), entry.path)
+            for entry in found
+            if _is_commit_file(entry.base_name)
+            and int(entry.base_name[:20]) > after
+            and (upto is None or int(entry.base_name[:20]) <= upto)
+        )
+        for version, path in numbered:
+            try:
+                with filesystem.open_input_stream(path) as f:
+                    commit = _commit_info(f.read().decode("utf-8"))
+            except FileNotFoundError:
+                continue
+            infos.append({**commit, "version": version})
+            if first:
+                break
+    return infos
+
+
+def _is_commit_file(name: str) -> bool:
+    return len(name) == 25 and name.endswith(".json") and name[:20].isdigit()
+
+
+def _commit_info(log_entry: str) -> dict[str, Any]:
+    for line in log_entry.splitlines():
+        if '"commitInfo"' in line:
+            action = json.loads(line)
+            if isinstance(action.get("commitInfo"), dict):
+                return dict(action["commitInfo"])
+    return {}
 
 
 def check_plain_parquet(table: DeltaTable, table_path: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deltamv.delta._table import open_table, translate_errors
+from deltamv.delta._table import commit_infos, open_table, translate_errors
 
 __all__ = [
     "BATCH_KEY",
@@ -70,13 +70,8 @@ def owner_of(table_path: str) -> str | None:
     a table something else owns. Later foreign commits are caught by ``expected_version``.
     Reads the earliest commit the log still holds.
     """
-    table = open_table(table_path)
-    if table is None:
+    if open_table(table_path) is None:
         return None
-    with translate_errors(table_path):
-        history = table.history()
-    if not history:
-        return None
-    first = min(history, key=lambda h: int(h.get("version", 0)))
-    job = first.get(JOB_KEY)
+    first = commit_infos(table_path, first=True)
+    job = first[0].get(JOB_KEY) if first else None
     return job if isinstance(job, str) else None

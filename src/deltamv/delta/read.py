@@ -9,20 +9,18 @@ than read them wrong.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyarrow import fs as pafs
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.delta import spark as spark_delta
 from deltamv.delta._table import (
     check_plain_parquet,
+    commit_infos,
     require_table,
-    table_uri,
     translate_errors,
 )
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, WATERMARK_KEY
@@ -58,35 +56,10 @@ class VersionInfo:
 def versions(table_path: str) -> list[VersionInfo]:
     """Every version the Delta log still holds, oldest first.
 
-    Read from the log's commit files, each numbered by its name: delta-rs' ``history()``
-    numbers the commits it reads down from the version the table was opened at, so a
-    commit landing meanwhile gave every version the next one's commit info (another
-    watermark)."""
+    Read from the log's commit files (``commit_infos``), not delta-rs' ``history()``,
+    which a commit landing meanwhile made give every version the next one's watermark."""
     require_table(table_path)
-    infos = []
-    with translate_errors(table_path):
-        filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
-        found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
-        for entry in found:
-            name = entry.base_name
-            if not (len(name) == 25 and name.endswith(".json") and name[:20].isdigit()):
-                continue
-            try:
-                with filesystem.open_input_stream(entry.path) as f:
-                    commit = _commit_info(f.read().decode("utf-8"))
-            except FileNotFoundError:
-                continue  # dropped by a log cleanup since the listing
-            infos.append(_version_info(table_path, {**commit, "version": int(name[:20])}))
-    return sorted(infos, key=lambda v: v.version)
-
-
-def _commit_info(log_entry: str) -> dict[str, Any]:
-    for line in log_entry.splitlines():
-        if '"commitInfo"' in line:
-            action = json.loads(line)
-            if isinstance(action.get("commitInfo"), dict):
-                return dict(action["commitInfo"])
-    return {}
+    return [_version_info(table_path, commit) for commit in commit_infos(table_path)]
 
 
 def version_at_watermark(table_path: str, watermark: int) -> VersionInfo | None:

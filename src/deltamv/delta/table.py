@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from deltamv.delta._table import check_plain_parquet, translate_errors
+from deltamv.delta._table import check_plain_parquet, commit_infos, translate_errors
 from deltamv.delta.schema import delta_fields
 from deltamv.errors import CommitConflictError, DeltaMVError
 
@@ -171,16 +171,15 @@ class DeltaTableHandle:
         return self._files
 
     def commits_since(self, version: int) -> list[dict[str, object]]:
-        """The commit infos of the versions after ``version``, oldest first."""
+        """The commit infos of the versions after ``version`` up to the one the handle
+        holds, oldest first (from the log's commit files: ``_table.commit_infos``)."""
         table = self._ensure()
         if table is None:
             return []
-        with translate_errors(self._path):
-            current = table.version()
-            if current <= version:
-                return []
-            history = table.history(limit=current - version)
-        return sorted(history, key=lambda h: int(h.get("version", 0)))
+        current = table.version()
+        if current <= version:
+            return []
+        return commit_infos(self._uri, after=version, upto=current)
 
     def refresh(self) -> None:
         """Move to the table's latest version, reading only the log entries added since.

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deltamv.config import JobConfig
-from deltamv.delta.commit import BATCH_KEY, JOB_KEY
+from deltamv.delta.commit import BATCH_KEY, JOB_KEY, owner_of
 from deltamv.delta.table import DeltaTableHandle
 from deltamv.errors import CommitConflictError, ConfigError
 from deltamv.job.targets import CHECKPOINT_KEY, Target
@@ -29,12 +29,9 @@ def check_owners(config: JobConfig) -> None:
     outputs = [(f"views.{n}.path", v.path) for n, v in config.views.items()]
     outputs += [(f"tables.{n}.path", t.path) for n, t in config.tables.items() if t.path]
     for key, path in outputs:
-        handle = DeltaTableHandle(path)
-        if not handle.exists():
+        if not DeltaTableHandle(path).exists():
             continue
-        history = handle.commits_since(-1)
-        first = min(history, key=lambda h: int(str(h.get("version", 0)))) if history else {}
-        owner = first.get(JOB_KEY)
+        owner = owner_of(path)
         if owner != config.name:
             who = f"job {owner!r}" if owner else "something other than deltamv"
             raise ConfigError(key, f"{path} holds a Delta table written by {who}",
