@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from deltamv.config import load_config
+from deltamv.errors import StateError, StorageError, unwire
 from deltamv.job.postgres import PostgresUpstream
 from deltamv.postgres import Reconnecting, current_wal_lsn, slot_status
 from deltamv.postgres.source import PostgresStreamReader, decode_offset
@@ -49,7 +50,8 @@ def test_a_terminated_connection_is_opened_again_a_failed_statement_is_not(
         finally:
             c.execute("RESET statement_timeout")
 
-    with pytest.raises(psycopg.errors.QueryCanceled):  # an OperationalError, but not a break
+    # A statement PostgreSQL refused (an OperationalError, but no break): one line.
+    with pytest.raises(StorageError, match=r"failed while waiting: .*statement timeout"):
         conn.run(slow, "waiting")
     assert conn.run(pid, "asking") == second
     conn.close()
@@ -72,6 +74,36 @@ def test_the_streaming_source_rides_out_a_terminated_backend(
     reader.commit(end)
     status = slot_status(pg, SLOT)
     assert status is not None and status.confirmed_flush_lsn == decode_offset(end)
+    reader.stop()
+
+
+def test_the_sources_errors_reach_the_job_as_one_line(pg: psycopg.Connection, pg_dsn: str) -> None:
+    """A slot dropped while the job runs, or a statement that fails, in the source's
+    planning and confirming (a Python worker of Spark's, whose errors reach the job only
+    as text): the job stopped with "[STREAM_FAILED] ... Traceback (most recent call
+    last):" and no reason."""
+    start(pg, pg_dsn, ACCOUNTS, ["accounts"])
+    reader = PostgresStreamReader({"dsn": pg_dsn, "slot": SLOT, "publication": PUB})
+    begin = reader.initialOffset()
+    pg.execute("INSERT INTO accounts VALUES (1, 'ann', 10)")
+    end = reader.latestOffset(begin, reader.getDefaultReadLimit())
+    partition = reader.partitions(begin, end)[0]
+    unpublished = PostgresStreamReader({"dsn": pg_dsn, "slot": SLOT, "publication": "nope"})
+    with pytest.raises(StorageError) as failed:
+        list(unpublished.read(partition))
+    found = unwire(Exception(str(failed.value)))
+    assert isinstance(found, StorageError)
+    assert "failed while reading the slot: " in str(found)
+    assert 'publication "nope" does not exist' in str(found)
+    pg.execute("SELECT pg_drop_replication_slot(%s)", [SLOT])
+
+    for call in (lambda: reader.commit(end), reader.initialOffset, lambda: list(reader.read(partition))):  # fmt: skip
+        with pytest.raises(StateError) as failed:
+            call()
+        text = f"[STREAM_FAILED] Traceback (most recent call last):\n{failed.value}"
+        found = unwire(Exception(text))
+        assert isinstance(found, StateError)
+        assert str(found).startswith(f"replication slot {SLOT} does not exist")
     reader.stop()
 
 

@@ -58,7 +58,7 @@ from deltamv.postgres import (
     slot_status,
 )
 from deltamv.postgres.changes import column_diff
-from deltamv.postgres.connect import Reconnecting, describe_dsn
+from deltamv.postgres.connect import Reconnecting, describe_dsn, one_line
 from deltamv.postgres.slot import SlotInUseError
 from deltamv.postgres.source import SOURCE_NAME
 from deltamv.postgres.timestamps import commit_tso, server_time_us
@@ -244,7 +244,7 @@ class PostgresUpstream:
             except psycopg.OperationalError as exc:  # the server restarted, say
                 raise StorageError(
                     f"the copy of the tables from PostgreSQL at {describe_dsn(self.dsn)}"
-                    f" failed: {' '.join(str(exc).split())[:300]} (the next start drops the"
+                    f" failed: {one_line(exc, self.dsn)[:300]} (the next start drops the"
                     " slot and copies again)"
                 ) from None
 

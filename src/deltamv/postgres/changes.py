@@ -51,7 +51,7 @@ from psycopg import sql
 from deltamv.errors import StateError, StorageError
 from deltamv.postgres._convert import typed_column
 from deltamv.postgres.catalog import PG_TYPES, PgTable
-from deltamv.postgres.connect import describe_dsn
+from deltamv.postgres.connect import describe_dsn, one_line
 from deltamv.postgres.keys import row_keys
 from deltamv.postgres.lsn import format_lsn
 from deltamv.postgres.pgoutput import (
@@ -196,7 +196,7 @@ def peek_messages(
         if isinstance(e, psycopg.OperationalError) and (conn.closed or conn.broken):
             raise StorageError(
                 f"lost the connection to PostgreSQL at {describe_dsn(conn.info.dsn)} while "
-                f"reading slot {slot}: {' '.join(str(e).split())}"
+                f"reading slot {slot}: {one_line(e, conn.info.dsn)}"
             ) from None
         raise
 

@@ -13,7 +13,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from deltamv.errors import ConfigError, StorageError
 
-__all__ = ["SESSION_SETTINGS", "Reconnecting", "connect", "describe_dsn"]
+__all__ = ["SESSION_SETTINGS", "Reconnecting", "connect", "describe_dsn", "one_line"]
 
 _T = TypeVar("_T")
 
@@ -59,7 +59,7 @@ def describe_dsn(dsn: str) -> str:
     return " ".join(shown) or "host=<libpq default>"
 
 
-def _one_line(exc: BaseException, dsn: str) -> str:
+def one_line(exc: BaseException, dsn: str) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     password = _password(dsn)
     if password:
@@ -109,7 +109,7 @@ def connect(
         given = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as e:
         raise ConfigError(
-            "source.dsn", f"not a libpq connection string: {_one_line(e, dsn)}"
+            "source.dsn", f"not a libpq connection string: {one_line(e, dsn)}"
         ) from None
     extra: dict[str, Any] = {key: v for key, v in _KEEPALIVES.items() if key not in given}
     if "application_name" not in given:
@@ -131,7 +131,7 @@ def connect(
         try:
             conn = psycopg.connect(dsn, autocommit=autocommit or replication, **extra)
         except psycopg.OperationalError as e:
-            reason = _one_line(e, dsn)
+            reason = one_line(e, dsn)
             remaining = left()
             if _permanent(e) or remaining <= 0:
                 raise StorageError(f"cannot reach PostgreSQL at {where}: {reason}") from None
@@ -177,21 +177,32 @@ class Reconnecting:
         """``work(connection)``; ``doing`` says what for, in the error."""
         try:
             return work(self.connection())
-        except psycopg.OperationalError as exc:
-            if self._conn is not None and not (self._conn.closed or self._conn.broken):
-                raise  # the connection is fine: the statement failed
+        except psycopg.Error as exc:
+            if not (isinstance(exc, psycopg.OperationalError) and self._broken()):
+                raise self._failed(exc, doing) from None  # the statement failed
             log.warning(
                 "connection to PostgreSQL lost while %s (%s); reconnecting",
-                doing, _one_line(exc, self.dsn)[:200],
+                doing, one_line(exc, self.dsn)[:200],
             )  # fmt: skip
             self.close()
         try:
             return work(self.connection())
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
+            if not (isinstance(exc, psycopg.OperationalError) and self._broken()):
+                raise self._failed(exc, doing) from None
             raise StorageError(
                 f"lost the connection to PostgreSQL at {describe_dsn(self.dsn)} while {doing}:"
-                f" {_one_line(exc, self.dsn)}"
+                f" {one_line(exc, self.dsn)}"
             ) from None
+
+    def _broken(self) -> bool:
+        return self._conn is None or self._conn.closed or bool(self._conn.broken)
+
+    def _failed(self, exc: psycopg.Error, doing: str) -> StorageError:
+        """A statement PostgreSQL refused on a sound connection, as one line."""
+        return StorageError(
+            f"PostgreSQL at {describe_dsn(self.dsn)} failed while {doing}: {one_line(exc, self.dsn)}"
+        )
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

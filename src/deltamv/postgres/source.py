@@ -36,9 +36,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from deltamv.errors import ConfigError
+from deltamv.errors import ConfigError, DeltaMVError, StorageError, wire
 from deltamv.postgres.changes import batch_upper, transactions
-from deltamv.postgres.connect import Reconnecting, connect
+from deltamv.postgres.connect import Reconnecting, connect, describe_dsn, one_line
 from deltamv.postgres.lsn import format_lsn, parse_lsn
 from deltamv.postgres.slot import advance_slot, check_slot, current_wal_lsn
 
@@ -132,7 +132,10 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         server restarted); a failure is a one-line StorageError."""
         if self._pg is None:
             self._pg = Reconnecting(self.options.dsn, timeout_s=self.options.timeout)
-        return self._pg.run(work, doing)
+        try:
+            return self._pg.run(work, doing)
+        except DeltaMVError as e:  # only its text crosses Spark to the job
+            raise wire(e) from None
 
     def initialOffset(self) -> dict:
         if self.options.start is not None:
@@ -166,6 +169,19 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._read(partition)
 
     def _read(self, partition: PostgresPartition) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._transactions(partition)
+        except DeltaMVError as e:
+            raise wire(e) from None
+        except psycopg.Error as e:
+            where = describe_dsn(self.options.dsn)
+            raise wire(
+                StorageError(
+                    f"PostgreSQL at {where} failed while reading the slot: {one_line(e, self.options.dsn)}"
+                )
+            ) from None
+
+    def _transactions(self, partition: PostgresPartition) -> Iterator[pa.RecordBatch]:
         o = self.options
         with connect(o.dsn, timeout_s=o.timeout) as conn:
             rows: list[tuple[int, str, int, dt.datetime, int, int]] = []
