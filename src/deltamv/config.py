@@ -161,22 +161,7 @@ class JobConfig:
     def __post_init__(self) -> None:
         if not self.views:
             raise ConfigError("views", "at least one view is required", source=self.origin)
-        seen: dict[str, str] = {}
-        owners = [(f"views.{v.name}.path", v.path) for v in self.views.values()] + [
-            (f"tables.{t.name}.path", t.path) for t in self.tables.values() if t.path
-        ]
-        inside = os.path.normpath(self.checkpoint)
-        for key, path in owners:
-            norm = os.path.normpath(path)
-            if norm in seen:
-                raise ConfigError(
-                    key, f"path {path!r} is also used by {seen[norm]}", source=self.origin
-                )
-            seen[norm] = key
-            if norm == inside or norm.startswith(inside + os.sep):
-                raise ConfigError(
-                    key, f"path {path!r} lies inside job.checkpoint", source=self.origin
-                )
+        self._check_locations()
         for inv in self.invariants.values():
             if inv.view not in self.views:
                 raise ConfigError(
@@ -185,9 +170,48 @@ class JobConfig:
                     source=self.origin,
                 )
 
+    def _check_locations(self) -> None:
+        """No output's directory may be, hold or lie inside another output, the
+        checkpoint or the upstream's files: a table's vacuum deletes every file of its
+        directory that no version names (another table's log, Spark's offsets), and the
+        change log's reader takes every directory in it for a region."""
+        outputs = [(f"views.{v.name}.path", v.path) for v in self.views.values()] + [
+            (f"tables.{t.name}.path", t.path) for t in self.tables.values() if t.path
+        ]
+        others = [("job.checkpoint", self.checkpoint)]
+        others += [("job.changelog", self.changelog)] if self.changelog else []
+        others += [("job.snapshot", self.snapshot)] if self.snapshot else []
+        placed: list[tuple[str, str]] = []
+        for key, path in outputs:
+            for other, where in [*placed, *others]:
+                problem = _overlap(path, where)
+                if problem:
+                    raise ConfigError(key, f"path {path!r} {problem} {other}", source=self.origin)
+            placed.append((key, path))
+        if self.changelog and _overlap(self.checkpoint, self.changelog):
+            raise ConfigError(
+                "job.checkpoint",
+                f"path {self.checkpoint!r} {_overlap(self.checkpoint, self.changelog)}"
+                " job.changelog",
+                source=self.origin,
+            )
+
     def with_tables(self, tables: Mapping[str, TableConfig]) -> JobConfig:
         """This config with its tables' schemas and keys filled in (PostgreSQL catalog)."""
         return replace(self, tables=dict(tables))
+
+
+def _overlap(path: str, other: str) -> str | None:
+    """How ``path`` and ``other`` share a directory: "is also used by", "lies inside" or
+    "holds"; None when neither is in the other."""
+    a, b = os.path.normpath(path), os.path.normpath(other)
+    if a == b:
+        return "is also used by"
+    if a.startswith(b.rstrip(os.sep) + os.sep):
+        return "lies inside"
+    if b.startswith(a.rstrip(os.sep) + os.sep):
+        return "holds"
+    return None
 
 
 # -- parsing ----------------------------------------------------------------------------

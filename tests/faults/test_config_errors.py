@@ -34,6 +34,16 @@ CASES = {
                               "tables.accounts.schema", "column '_KEY': the job keeps"),
     "two-views-one-path": (('path = "out/views/rich"', 'path = "out/views/total_balance"'),
                            "views.rich.path", "also used by views.total_balance.path"),
+    "view-inside-a-view": (('path = "out/views/rich"', 'path = "out/views/total_balance/rich"'),
+                           "views.rich.path", "lies inside views.total_balance.path"),
+    "checkpoint-inside-a-view": (('checkpoint = "state/_checkpoint"',
+                                  'checkpoint = "out/views/rich/_checkpoint"'),
+                                 "views.rich.path", "holds job.checkpoint"),
+    "view-inside-the-change-log": (('path = "out/views/rich"', 'path = "changelog/rich"'),
+                                   "views.rich.path", "lies inside job.changelog"),
+    "checkpoint-in-the-change-log": (('checkpoint = "state/_checkpoint"',
+                                      'checkpoint = "changelog"'),
+                                     "job.checkpoint", "also used by job.changelog"),
     "bad-maintenance-value": (("", '\n[maintenance]\nvacuum_retention = "a week"\n'),
                               "maintenance.vacuum_retention", "a week"),
 }  # fmt: skip
@@ -84,3 +94,15 @@ def test_config_errors_through_a_real_process(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("deltamv: error: "), proc.stderr
     assert "viewz: unknown key" in lines[0]
+
+
+def test_a_change_log_that_is_not_there_is_one_line_also_with_once(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under ``--once`` the change log is first listed where Spark prepares the run (a
+    Python worker): the job said only "[STREAM_FAILED] ... Traceback"."""
+    (tmp_path / "config.toml").write_text(CONFIG)
+    code, error = run_cli(tmp_path, capsys)
+    assert code == 1
+    assert error == f"deltamv: error: change log directory {tmp_path / 'changelog'} does not exist"
+    assert not (tmp_path / "out").exists()

@@ -186,7 +186,10 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return ReadMaxFiles(self.cap) if self.cap else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        listing = self._list({})
+        try:
+            listing = self._list({})
+        except DeltaMVError as e:
+            raise wire(e) from None
         self._target = {r: segs[-1].seq for r, segs in listing.items() if segs}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -268,10 +271,13 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if last > begin.get(region, -1)
         )
         if not covered:  # e.g. a restarted query replaying a planned batch
-            listing = {
-                r: scan_region(r, folder, after=begin.get(r, -1)).segments
-                for r, folder in region_dirs(self.path).items()
-            }
+            try:
+                listing = {
+                    r: scan_region(r, folder, after=begin.get(r, -1)).segments
+                    for r, folder in region_dirs(self.path).items()
+                }
+            except DeltaMVError as e:
+                raise wire(e) from None
         return _select(listing, begin, finish)
 
     def commit(self, end: dict) -> None:
