@@ -183,6 +183,9 @@ class JobConfig:
         others += [("job.snapshot", self.snapshot)] if self.snapshot else []
         placed: list[tuple[str, str]] = []
         for key, path in outputs:
+            unusable = _unusable_table_path(path)
+            if unusable:
+                raise ConfigError(key, f"path {path!r} {unusable}", source=self.origin)
             for other, where in [*placed, *others]:
                 problem = _overlap(path, where)
                 if problem:
@@ -199,6 +202,24 @@ class JobConfig:
     def with_tables(self, tables: Mapping[str, TableConfig]) -> JobConfig:
         """This config with its tables' schemas and keys filled in (PostgreSQL catalog)."""
         return replace(self, tables=dict(tables))
+
+
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+
+
+def _unusable_table_path(path: str) -> str | None:
+    r"""Why delta-rs cannot keep a table at the local ``path``, or None: it takes a local
+    path for a URL, so a percent escape in it names another directory, and ``[ ] | ^ \``
+    fail (a URI, with ``://``, is the user's to encode)."""
+    if "://" in path:
+        return None
+    bad = sorted({c for c in path if c in "[]|^\\"})
+    if bad:
+        return f"has {' '.join(bad)}, which delta-rs cannot open a table under"
+    escape = _PERCENT_ESCAPE.search(path)
+    if escape:
+        return f"has {escape.group()!r}, which delta-rs reads as a percent-encoded character"
+    return None
 
 
 def _overlap(path: str, other: str) -> str | None:

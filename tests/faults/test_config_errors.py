@@ -44,6 +44,10 @@ CASES = {
     "checkpoint-in-the-change-log": (('checkpoint = "state/_checkpoint"',
                                       'checkpoint = "changelog"'),
                                      "job.checkpoint", "also used by job.changelog"),
+    "percent-escape-in-a-path": (('path = "out/views/rich"', 'path = "out/views/rich%20ones"'),
+                                 "views.rich.path", "reads as a percent-encoded character"),
+    "bracket-in-a-path": (('path = "out/views/rich"', 'path = "out/views/rich[1]"'),
+                          "views.rich.path", "has [ ], which delta-rs cannot open"),
     "bad-maintenance-value": (("", '\n[maintenance]\nvacuum_retention = "a week"\n'),
                               "maintenance.vacuum_retention", "a week"),
 }  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
@@ -27,6 +28,13 @@ _UNREADABLE_FEATURES = {"deletionVectors", "columnMapping"}
 def table_uri(path: str) -> str:
     """A table's path as a URI pyarrow's file systems take (a local path made absolute)."""
     return path if "://" in path else os.path.abspath(path)
+
+
+def file_paths(table: DeltaTable) -> list[str]:
+    """The data files of ``table``'s version as paths to open: delta-rs' ``file_uris()``
+    percent-encodes local paths (``/out/my views`` as ``/out/my%20views``), which no file
+    system then finds."""
+    return [u if "://" in u else urllib.parse.unquote(u) for u in table.file_uris()]
 
 
 def open_table(table_path: str, version: int | None = None) -> DeltaTable | None:

@@ -13,7 +13,7 @@ import math
 
 from pyarrow import fs as pafs
 
-from deltamv.delta._table import open_table, table_uri, translate_errors
+from deltamv.delta._table import file_paths, open_table, table_uri, translate_errors
 
 __all__ = ["checkpoint", "last_checkpoint", "vacuum"]
 
@@ -62,7 +62,7 @@ def vacuum(table_path: str, *, retention_hours: float) -> list[str]:
             enforce_retention_duration=False,
             full=True,
         )
-        keep = set(table.file_uris())
+        keep = set(file_paths(table))
     filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
     deleted = []
     for rel in doomed:

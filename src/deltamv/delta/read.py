@@ -20,6 +20,7 @@ from deltamv.delta import spark as spark_delta
 from deltamv.delta._table import (
     check_plain_parquet,
     commit_infos,
+    file_paths,
     require_table,
     translate_errors,
 )
@@ -83,7 +84,7 @@ def file_uris(table_path: str, version: int | None = None) -> list[str]:
     table = require_table(table_path, version)
     with translate_errors(table_path):
         check_plain_parquet(table, table_path)
-        return list(table.file_uris())
+        return file_paths(table)
 
 
 def read_arrow(table_path: str, version: int | None = None) -> pa.Table:
@@ -92,7 +93,7 @@ def read_arrow(table_path: str, version: int | None = None) -> pa.Table:
     with translate_errors(table_path):
         check_plain_parquet(table, table_path)
         schema = pa.schema(table.schema().to_arrow())
-        uris = list(table.file_uris())
+        uris = file_paths(table)
         if not uris:
             return schema.empty_table()
         parts = [pq.read_table(uri, schema=schema) for uri in uris]
@@ -130,7 +131,7 @@ def read_spark(
     with translate_errors(table_path):
         check_plain_parquet(table, table_path)
         schema = arrow_to_spark(pa.schema(table.schema().to_arrow()))
-        uris = list(table.file_uris())
+        uris = file_paths(table)
     if not uris:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*uris)
