@@ -86,6 +86,14 @@ def test_not_toml(tmp_path: Path) -> None:
         load_config(write(tmp_path, "[job\n"))
 
 
+def test_a_config_file_that_cannot_be_read_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "bin.toml").write_bytes(b'[job]\nname = "\xff"\n')
+    with pytest.raises(ConfigError, match=r"bin.toml: not UTF-8 text \(invalid start byte at"):
+        load_config(tmp_path / "bin.toml")
+    with pytest.raises(ConfigError, match=r"cannot read config file .*: Is a directory"):
+        load_config(tmp_path)
+
+
 def test_intervals() -> None:
     assert parse_interval("2 seconds") == 2
     assert parse_interval("1 minute") == 60

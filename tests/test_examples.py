@@ -45,6 +45,30 @@ def test_example_walkthrough(
     config = load_config(tmp_path / "examples" / name / f"{name}.toml")
     read = pick(config, list(config.views))
     assert {v.watermark for v in read.versions.values()} == {read.watermark}
+    if name == "bank":
+        _read_refusals(str(tmp_path / "examples" / name / f"{name}.toml"), tmp_path, capsys)
+
+
+def _read_refusals(config: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``deltamv read`` arguments it cannot honour, and outputs it cannot write: one line
+    each (an unwritable --out was a traceback)."""
+    (tmp_path / "a-folder").mkdir()
+    cases = {
+        ("--views", "total_balance,total_balance"): "names total_balance more than once",
+        ("--view", "total_balance", "--limit", "-1"): "--limit must be 0 or more",
+        ("--view", "total_balance", "--format", "parquet"): "--format parquet needs --out",
+        ("--views", "total_balance,balance_by_owner", "--format", "csv"): "needs --out FOLDER",
+        ("--view", "total_balance", "--format", "csv", "--out", str(tmp_path / "no" / "x.csv")):
+            "--out: cannot write",
+        ("--view", "total_balance", "--format", "parquet", "--out", str(tmp_path / "a-folder")):
+            "--out: cannot write",
+    }  # fmt: skip
+    for args, reason in cases.items():
+        capsys.readouterr()
+        assert main(["read", config, *args]) == 1, args
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("deltamv: error: ") and reason in err[-1], (args, err)
+        assert "Traceback" not in "\n".join(err)
 
 
 def _with(args: list[str], flag: str, value: str) -> list[str]:

@@ -182,7 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except DeltaMVError as exc:
-        print(f"deltamv: error: {exc}", file=sys.stderr)
+        from deltamv.session import write_error_line
+
+        write_error_line(f"deltamv: error: {exc}")
         return 1
     except KeyboardInterrupt:
         print("deltamv: interrupted", file=sys.stderr)

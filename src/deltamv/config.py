@@ -320,6 +320,11 @@ def load_config(path: str | os.PathLike[str]) -> JobConfig:
         raw = tomllib.loads(cfg_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError("", f"config file {origin} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError("", f"not UTF-8 text ({exc.reason} at byte {exc.start})",
+                          source=origin) from None  # fmt: skip
+    except OSError as exc:
+        raise ConfigError("", f"cannot read config file {origin}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("", f"not valid TOML: {exc}", source=origin) from None
     return parse_config(raw, base_dir=cfg_path.resolve().parent, source=origin)
@@ -509,7 +514,25 @@ def _spark(r: _Reader, raw: Any) -> SparkConfig:
             f" alike; {ansi!r} is not supported (where a row may fail, say so in the view's"
             " SQL: try_divide, try_cast, try_add)",
         )
-    return SparkConfig(r.string(s["master"], "spark.master") if "master" in s else None, settings)
+    memory = settings.get("spark.driver.memory")
+    if memory is not None and not _MEMORY.fullmatch(memory.strip()):
+        raise r.err(
+            "spark.conf.spark.driver.memory",
+            f"{memory!r} is not an amount of memory (like '2g' or '512m')",
+        )
+    master = r.string(s["master"], "spark.master") if "master" in s else None
+    if master is not None and not (master == "yarn" or master.startswith(_MASTERS)):
+        raise r.err(
+            "spark.master",
+            f"{master!r} is not a Spark master (local[N], local-cluster[...], spark://...,"
+            " k8s://..., yarn)",
+        )
+    return SparkConfig(master, settings)
+
+
+# What Spark's launcher takes; anything else stops its JVM before it starts.
+_MASTERS = ("local", "spark://", "k8s://")
+_MEMORY = re.compile(r"\d+([kmgtp]b?|b)?", re.IGNORECASE)
 
 
 TIME_ZONE = "spark.sql.session.timeZone"

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from deltamv.config import ANSI, TIME_ZONE, JobConfig, is_utc
@@ -91,7 +92,18 @@ def build_spark(
     for key, value in settings.items():
         builder = builder.config(key, value)
     with _jvm_ignoring_sigterm():
-        spark = builder.getOrCreate()
+        try:
+            spark = builder.getOrCreate()
+        except PySparkRuntimeError as exc:
+            if exc.getCondition() != "JAVA_GATEWAY_EXITED":
+                raise
+            raise DeltaMVError(
+                f"Spark's driver did not start with master {chosen or '(submitted)'} (its"
+                " own message is above): check [spark] master and conf, and the Java"
+                " install"
+            ) from None
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        _quiet_submitted_jvm()
     log.info(
         "Spark %s, master %s, delta-spark %s",
         spark.version, spark.sparkContext.master, "on" if delta_spark.available(spark) else "off",
@@ -133,6 +145,42 @@ def _delta_conf(settings: Mapping[str, str]) -> dict[str, str]:
 
 
 _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+def _quiet_submitted_jvm() -> None:
+    """spark-submit started the driver's JVM with Spark's own logging (INFO, and every
+    failed task's stack trace): give it deltamv's, as a driver JVM deltamv starts gets,
+    unless the user set their own. Once the session has started (the start sets Spark's
+    logging up again), so Spark's own start-up lines are still printed."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    jvm = gateway.jvm
+    if jvm.System.getProperty("log4j2.configurationFile"):
+        return
+    log_config = Path(__file__).with_name("log4j2.properties")
+    jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
+        jvm.java.net.URI(f"file:{log_config}")
+    )
+
+
+def write_error_line(line: str) -> None:
+    """``line`` on the driver's stderr. Under spark-submit, Spark merges the Python
+    driver's stderr into its own stdout: the line goes to its JVM's stderr instead."""
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        from pyspark import SparkContext
+
+        try:
+            SparkContext._ensure_initialized()  # (a config error comes before the session)
+            err = SparkContext._gateway.jvm.System.err  # type: ignore[union-attr]
+            err.println(line)
+            err.flush()
+            return
+        except Exception:  # the JVM is gone: the merged stream it is
+            pass
+    print(line, file=sys.stderr)
 
 
 def _driver_java_options(given: str) -> str:

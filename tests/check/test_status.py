@@ -122,6 +122,21 @@ def test_the_cli_status_reads_state_read_only(
     assert state.stat().st_mtime_ns == before
 
 
+def test_status_refuses_the_checkpoint_of_another_job(
+    held_job: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It showed the other job's batches and watermark under this job's name."""
+    origin = Path(held_job["config"].origin)
+    name = held_job["config"].name
+    other = origin.with_name("other.toml")  # beside it: the same relative paths
+    other.write_text(origin.read_text().replace(f'name = "{name}"', 'name = "someone-else"', 1))
+    assert 'name = "someone-else"' in other.read_text()
+    capsys.readouterr()
+    assert main(["status", str(other)]) == 1
+    err = capsys.readouterr().err
+    assert f"belongs to job {name!r}, not 'someone-else'" in err
+
+
 def test_check_passes_on_the_real_job_against_the_truth(
     spark: Any, held_job: dict[str, Any]
 ) -> None:

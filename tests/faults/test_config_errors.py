@@ -48,6 +48,10 @@ CASES = {
                                  "views.rich.path", "reads as a percent-encoded character"),
     "bracket-in-a-path": (('path = "out/views/rich"', 'path = "out/views/rich[1]"'),
                           "views.rich.path", "has [ ], which delta-rs cannot open"),
+    "not-a-spark-master": (("", '\n[spark]\nmaster = "bogus[9]"\n'), "spark.master",
+                           "'bogus[9]' is not a Spark master"),
+    "not-an-amount-of-memory": (("", '\n[spark]\nconf = { "spark.driver.memory" = "lots" }\n'),
+                                "spark.conf.spark.driver.memory", "not an amount of memory"),
     "bad-maintenance-value": (("", '\n[maintenance]\nvacuum_retention = "a week"\n'),
                               "maintenance.vacuum_retention", "a week"),
 }  # fmt: skip

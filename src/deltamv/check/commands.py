@@ -244,6 +244,7 @@ def _read(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     names = [args.view] if args.view else [n.strip() for n in args.views.split(",") if n.strip()]
+    _check_read_args(args, names)
     snap = pick(config, names, as_of_watermark=args.as_of_watermark, as_of_time=args.as_of_time)
     tables = snap.arrow_tables()
     console = Console(stderr=args.format != "table", width=max(120, Console().width))
@@ -253,21 +254,42 @@ def _read(args: argparse.Namespace) -> int:
         for name in names:
             _print_rows(console, name, tables[name], args.limit)
         return 0
-    if args.out is None and args.format == "parquet":
-        raise DeltaMVError("--format parquet needs --out PATH")
     for name in names:
         target = _target(args.out, name, args.format, several=len(names) > 1)
-        _write(tables[name], target, args.format)
+        try:
+            _write(tables[name], target, args.format)
+        except OSError as exc:
+            raise DeltaMVError(f"--out: cannot write {target}: {exc.strerror or exc}") from None
         if target is not None:
             console.print(f"{name}: {tables[name].num_rows} row(s) -> {target}")
     return 0
+
+
+def _check_read_args(args: argparse.Namespace, names: list[str]) -> None:
+    """What ``deltamv read`` refuses before it reads anything."""
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise DeltaMVError(f"--views names {', '.join(twice)} more than once")
+    if not names:
+        raise DeltaMVError("--views names no view")
+    if args.limit < 0:
+        raise DeltaMVError(f"--limit must be 0 or more, not {args.limit}")
+    if args.out is None and args.format == "parquet":
+        raise DeltaMVError("--format parquet needs --out PATH")
+    if args.out is None and args.format == "csv" and len(names) > 1:
+        raise DeltaMVError("--format csv of several views needs --out FOLDER (a file per view)")
 
 
 def _target(out: str | None, view: str, fmt: str, *, several: bool) -> Path | None:
     if out is None:
         return None
     if several:
-        os.makedirs(out, exist_ok=True)
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as exc:
+            raise DeltaMVError(
+                f"--out: cannot create folder {out}: {exc.strerror or exc}"
+            ) from None
         return Path(out) / f"{view}.{fmt}"
     return Path(out)
 

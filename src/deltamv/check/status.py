@@ -120,7 +120,7 @@ def _slot_view(config: JobConfig, watermark: int | None, now_ms: int) -> SlotVie
 def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
     """Status of a job from its views' Delta logs and its state (read-only)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    state = open_read_only(config.checkpoint)
+    state = open_read_only(config.checkpoint, job=config.name)
     modes = {}
     if state is not None:
         modes = {n: ("incremental" if r.mode == "incremental" else f"recompute: {r.reason}")

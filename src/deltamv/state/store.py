@@ -311,10 +311,18 @@ class ReadOnlyState(_Reader):
         _check_version(path, version)
 
 
-def open_read_only(checkpoint: str | Path) -> ReadOnlyState | None:
-    """The state of the job with this checkpoint, read-only; None if it has not run yet."""
+def open_read_only(checkpoint: str | Path, *, job: str | None = None) -> ReadOnlyState | None:
+    """The state of the job with this checkpoint, read-only; None if it has not run yet.
+    ``job``: refuse the checkpoint of another job, as the job itself does."""
     path = Path(checkpoint) / STATE_FILE
-    return ReadOnlyState(path) if path.exists() else None
+    if not path.exists():
+        return None
+    state = ReadOnlyState(path)
+    stored = state.job
+    if job is not None and stored and stored != job:
+        state.close()
+        raise StateError(f"checkpoint {path.parent} belongs to job {stored!r}, not {job!r}")
+    return state
 
 
 def _check_version(path: Path, version: str | None) -> None:

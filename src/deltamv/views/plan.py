@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -259,7 +260,8 @@ def plan_views(spark: SparkSession, config: JobConfig) -> dict[str, ViewPlan]:
     """Every view's optimized plan, with its leaves mapped to source tables.
 
     Registers each source table as a temporary view over an empty Parquet folder of its
-    schema (replacing temp views of the same names in this session).
+    schema while it plans (replacing temp views of the same names in this session); the
+    views and the folders are gone when it returns.
     """
     leaves = _Leaves(spark, config)
     conf = spark.conf
@@ -274,6 +276,9 @@ def plan_views(spark: SparkSession, config: JobConfig) -> dict[str, ViewPlan]:
             conf.unset("spark.sql.optimizer.excludedRules")
         else:
             conf.set("spark.sql.optimizer.excludedRules", previous)
+        for name in config.tables:
+            spark.catalog.dropTempView(name)
+        shutil.rmtree(leaves.root, ignore_errors=True)
 
 
 def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> ViewPlan:
