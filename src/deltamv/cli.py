@@ -189,6 +189,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deltamv: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug of deltamv's: still one line, the trace under -v
+        from deltamv.session import write_error_line
+
+        logging.getLogger("deltamv").debug("internal error", exc_info=True)
+        text = " ".join(str(exc).split())[:500]
+        write_error_line(
+            f"deltamv: internal error: {type(exc).__name__}: {text} (-v shows where; please"
+            " report it)"
+        )
+        return 1
 
 
 if __name__ == "__main__":

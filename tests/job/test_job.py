@@ -23,7 +23,9 @@ from tests.helpers.bank import (
     GOOD_1_2,
     GOOD_2_2,
     TOTAL_BALANCE_SQL,
+    commit,
     lines,
+    put,
     resolved,
     segment,
     write_start,
@@ -309,6 +311,33 @@ def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(spark: Any, ba
     assert_df_equality(rows(spark, balances), truth, ignore_row_order=True, ignore_nullable=True)
     accounts = rows(spark, bank / "out" / "tables" / "accounts").select("id", "balance")
     assert_df_equality(accounts, truth, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_view_planned_anew_rebuilds_its_state_with_the_new_column_types(
+    spark: Any, bank: Path
+) -> None:
+    """A view's SQL changed so that its state groups by a column of another type (Spark
+    can also reorder the groups of several DISTINCT aggregates between sessions): the
+    state was emptied but kept its old columns, and the next lookup failed ("Could not
+    convert '100' with type str") at every start."""
+    config_path = bank / "config.toml"
+    by_owner = "SELECT owner AS g, COUNT(*) AS n FROM accounts GROUP BY owner"
+    by_balance = "SELECT CAST(balance AS STRING) AS g, COUNT(*) AS n FROM accounts GROUP BY balance"
+    config_path.write_text(
+        CONFIG + f'\n[views.groups]\nsql = "{by_owner}"\npath = "out/views/groups"\n'
+    )
+    ViewJob(load_config(config_path), spark).run(once=True)
+    config_path.write_text(config_path.read_text().replace(by_owner, by_balance))
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(load_config(config_path), spark).run(once=True)
+    segment(bank, 1, 3, lines([put(1, 160, 2, 150), commit(1, 160, 161, 2), resolved(1, 170)]))
+    segment(bank, 2, 3, lines([resolved(2, 170)]))
+    ViewJob(load_config(config_path), spark).run(once=True)
+
+    got = rows(spark, bank / "out" / "views" / "groups")
+    expected = spark.createDataFrame([("50", 1), ("150", 2)], "g STRING, n BIGINT")
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
 def test_a_view_whose_sql_now_gives_other_columns_is_refused_before_reading(

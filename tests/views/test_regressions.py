@@ -70,6 +70,30 @@ def test_avg_of_decimal_in_full_evaluation_and_recomputed_groups(
         run.close()
 
 
+def test_avg_of_a_small_decimal_rounds_through_a_double_as_spark_does(
+    spark: SparkSession, planned: Planned, compute: Compute
+) -> None:
+    # Spark computes AVG of a DECIMAL(p <= 11) in DOUBLE (its DecimalAggregates rule):
+    # 0.07 over 160 rows is 0.00043749999999999995 there, so 0.000437, where the exact
+    # quotient 0.0004375 rounds half up to 0.000438 (found by an outside check).
+    run = Run(planned, ["by_owner_region", "total_dec"], compute)
+    rows = [
+        _account(i, owner="a", region=1, credit=Decimal("0.07" if i == 0 else "0.00"), active=True)
+        for i in range(160)
+    ]
+    try:
+        run.load({"accounts": rows, "transfers": []})  # full evaluation (DuckDB)
+        averages = {row[0]: row[3] for row in run.outputs["by_owner_region"]}
+        assert averages == {"a": Decimal("0.000437")}
+        run.step([("accounts", 5, None)])
+        run.step([("accounts", 5, _account(5, owner="a", region=1, credit=Decimal("0.00")))])
+        averages = {row[0]: row[3] for row in run.outputs["by_owner_region"]}
+        assert averages == {"a": Decimal("0.000437")}  # from the kept sums
+        assert spark_check(spark, run, SHAPES) == 2 * 3
+    finally:
+        run.close()
+
+
 def test_a_change_the_filter_below_an_aggregate_drops_leaves_its_state_untouched(
     spark: SparkSession, planned: Planned, compute: Compute, monkeypatch: pytest.MonkeyPatch
 ) -> None:

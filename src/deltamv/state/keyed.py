@@ -46,15 +46,33 @@ class KeyedTable:
         self.db = db
         self.name = name
         self.schema = schema
-        columns = ", ".join(f"{_q(f.name)} {sql_type(f.type)}" for f in schema)
-        db.execute(f"CREATE TABLE IF NOT EXISTS {_q(name)} ({columns})")
+        self._indexes: list[tuple[tuple[str, ...], bool]] = []
+        self._create()
         for index in indexes:
             self.ensure_index(index)
+
+    def _create(self) -> None:
+        columns = ", ".join(f"{_q(f.name)} {sql_type(f.type)}" for f in self.schema)
+        self.db.execute(f"CREATE TABLE IF NOT EXISTS {_q(self.name)} ({columns})")
+
+    def recreate(self) -> None:
+        """Empty, with the columns of this table's schema and its indexes: a table kept
+        from an earlier schema (a view's state, planned anew) takes the current one."""
+        self.db.execute(f"DROP TABLE IF EXISTS {_q(self.name)}")
+        self._create()
+        for columns, non_null in self._indexes:
+            self._create_index(columns, non_null)
 
     def ensure_index(self, columns: Sequence[str], *, non_null: bool = False) -> None:
         """An index on ``columns`` (created once; building it reads the table once).
         ``non_null``: only of the rows where no column of it is NULL (the index is then
         used for lookups by equality, never for ``IS NULL``)."""
+        key = (tuple(columns), non_null)
+        if key not in self._indexes:
+            self._indexes.append(key)
+        self._create_index(columns, non_null)
+
+    def _create_index(self, columns: Sequence[str], non_null: bool) -> None:
         self.db.execute(
             f"CREATE INDEX IF NOT EXISTS {_q(self._index_name(columns, non_null))}"
             f" ON {_q(self.name)} ({', '.join(_q(c) for c in columns)})"
@@ -66,6 +84,9 @@ class KeyedTable:
         )
 
     def drop_index(self, columns: Sequence[str], *, non_null: bool = False) -> None:
+        key = (tuple(columns), non_null)
+        if key in self._indexes:
+            self._indexes.remove(key)
         self.db.execute(f"DROP INDEX IF EXISTS {_q(self._index_name(columns, non_null))}")
 
     def _index_name(self, columns: Sequence[str], non_null: bool) -> str:

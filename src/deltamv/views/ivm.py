@@ -911,7 +911,7 @@ class AggregateOp(Op):
 
     def reset(self) -> None:
         if self.state is not None:
-            self.state.clear()
+            self.state.recreate()  # its columns may have other types than the last plan's
         super().reset()
 
     # -- shared: finishing state rows into output rows ---------------------------------
@@ -1228,6 +1228,13 @@ def _decimal_avg_sql(arg: str, dec: tuple[int, int], dtype: Any) -> str:
     )
     total = f"sum(CASE WHEN {present} THEN {unscaled_value} END)"
     n = f"CAST(count(CASE WHEN {present} THEN 1 END) AS HUGEINT)"
+    if rp <= _DOUBLE_AVG_PRECISION:  # as _double_avg: DuckDB's VARCHAR of a DOUBLE is its
+        # shortest form, and its cast of text to DECIMAL rounds half up
+        value = f"(CAST({total} AS DOUBLE) / CAST({n} AS DOUBLE)) / CAST({10**s} AS DOUBLE)"
+        return (
+            f"CASE WHEN {n} = 0 THEN NULL ELSE CAST(CAST({value} AS VARCHAR) AS DECIMAL({rp},{rs}))"
+            " END"
+        )
     # |total| / n at the result's scale, rounded half up (away from zero)
     whole = f"((abs({total}) // {n}) * {scale})"
     part = f"(((abs({total}) % {n}) * {scale * 2} + {n}) // (2 * {n}))"
@@ -1270,15 +1277,31 @@ def _final_value(call: AggCall, sums: pa.ChunkedArray | None, counts: pa.Chunked
             out.append(None if not n else float(s) / n)
         return pa.array(out, pa.float64())
     # Spark divides the sum by the count and rounds the quotient half up to the result
-    # type DECIMAL(min(38, p+4), min(38, s+4)).
+    # type DECIMAL(min(38, p+4), min(38, s+4)) ...
     ctx = decimal.Context(prec=80, rounding=decimal.ROUND_HALF_UP)
+    unit = decimal.Decimal(1).scaleb(-dec[1])
     for s, n in zip(ss, ns, strict=True):
         if not n:
             out.append(None)
-            continue
-        q = ctx.divide(decimal.Decimal(s), decimal.Decimal(n))
-        out.append(q.quantize(decimal.Decimal(1).scaleb(-dec[1]), context=ctx))
+        elif dec[0] <= _DOUBLE_AVG_PRECISION:
+            out.append(_double_avg(int(decimal.Decimal(s).scaleb(dec[1] - 4)), n, dec[1] - 4))
+        else:
+            out.append(
+                ctx.divide(decimal.Decimal(s), decimal.Decimal(n)).quantize(unit, context=ctx)
+            )
     return pa.array(out, target)
+
+
+# ... but for p+4 <= 15, Spark's DecimalAggregates rule has it computed in DOUBLE:
+# CAST((AVG of the unscaled values) / 10^s AS DECIMAL(p+4, s+4)), the double taken at its
+# shortest decimal form and rounded half up (0.07 and 159 zeros: 0.000437, not 0.000438).
+_DOUBLE_AVG_PRECISION = 15
+
+
+def _double_avg(unscaled_sum: int, n: int, scale: int) -> decimal.Decimal:
+    value = (float(unscaled_sum) / n) / float(10**scale)
+    unit = decimal.Decimal(1).scaleb(-(scale + 4))
+    return decimal.Decimal(repr(value)).quantize(unit, rounding=decimal.ROUND_HALF_UP)
 
 
 # -- compiling a plan ---------------------------------------------------------------------
