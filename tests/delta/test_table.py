@@ -114,3 +114,17 @@ def test_file_locations_are_decoded_from_the_log(tmp_path) -> None:
     handle = DeltaTableHandle(str(tmp_path / "t"))
     _, location = handle.file_location("part%20one.parquet")
     assert location.endswith("/t/part one.parquet")
+
+
+def test_delta_rs_messages_become_one_plain_line() -> None:
+    """delta-rs colours its messages even when not on a terminal, and some carry a
+    backtrace: the one line keeps neither."""
+    from deltamv.delta._table import _line
+
+    coloured = "LocalFileSystem error \x1b[31m↳\x1b[0m No space left on device (os error 28)"
+    assert (
+        _line(Exception(coloured))
+        == "LocalFileSystem error ↳ No space left on device (os error 28)"
+    )
+    traced = "Json error: Truncated record\n   0: <unknown>\n   1: <unknown>\n  12: start_thread"
+    assert _line(Exception(traced)) == "Json error: Truncated record"

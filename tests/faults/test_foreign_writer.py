@@ -15,7 +15,16 @@ from deltamv import delta
 from deltamv.config import load_config
 from deltamv.errors import CommitConflictError
 from deltamv.job import ViewJob
-from tests.helpers.bank import CONFIG, GOOD_1_2, GOOD_2_2, run_cli, segment, view_state
+from tests.helpers.bank import (
+    CONFIG,
+    GOOD_1_2,
+    GOOD_2_2,
+    lines,
+    resolved,
+    run_cli,
+    segment,
+    view_state,
+)
 
 FOREIGN_APPEND = """
 import sys, pyarrow.parquet as pq
@@ -45,6 +54,36 @@ def test_foreign_commit_between_runs_is_refused_at_start(
     assert spark.streams.active == []  # the query, started while the job opened, stopped
     code, again = run_cli(bank, capsys)  # still refused: the job never overwrites it
     assert code == 1 and again == error
+
+
+@pytest.mark.parametrize("damage", ["emptied", "replaced"])
+def test_a_damaged_last_commit_is_refused_at_start(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str], damage: str
+) -> None:
+    """The last commit file of a view emptied (a write cut short by a crash, a full disk)
+    or rewritten by something else: the table still counted as at the version the job
+    committed, and the next versions silently lacked that commit's rows."""
+    assert run_cli(bank, capsys) == (0, None)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    assert run_cli(bank, capsys) == (0, None)
+    rich = bank / "out" / "views" / "rich"
+    last = rich / "_delta_log" / f"{1:020d}.json"
+    if damage == "emptied":
+        last.write_bytes(b"")
+    else:
+        last.write_text('{"commitInfo":{"operation":"WRITE"}}\n')
+    segment(bank, 1, 3, lines([resolved(1, 170)]))
+    segment(bank, 2, 3, lines([resolved(2, 170)]))
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    expected = (
+        "is empty (a write cut short"
+        if damage == "emptied"
+        else (f"table {rich} version 1 is not the commit job 'bank' made there")
+    )
+    assert error is not None and expected in error, error
+    assert len(delta.versions(str(bank / "out" / "views" / "total_balance"))) == 2  # nothing added
 
 
 def test_foreign_commit_during_a_batch_stops_at_the_next_commit(

@@ -420,3 +420,14 @@ def test_columns_named_like_the_fields_of_a_change(spark: Any, tmp_path: Path) -
     assert sorted(by_op, key=lambda r: r["op"]) == [
         {"op": 41, "n": 1, "r": 43}, {"op": 51, "n": 1, "r": 53}
     ]  # fmt: skip
+
+
+def test_a_checkpoint_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    """A read-only or full file system under the checkpoint: a traceback before."""
+    from deltamv.errors import StorageError
+    from deltamv.job.run import _lock
+
+    (tmp_path / "a-file").write_text("")
+    lock = _lock(tmp_path / "a-file" / "ck", "bank")
+    with pytest.raises(StorageError, match=r"storage failed \(.*a-file/ck\): cannot take the"):
+        lock.__enter__()

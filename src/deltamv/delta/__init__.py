@@ -11,6 +11,7 @@ checkpoints and vacuums without adding a version.
 
 from __future__ import annotations
 
+from deltamv.delta._table import empty_commit_files
 from deltamv.delta.commit import CommitResult, committed_batch, owner_of, table_version
 from deltamv.delta.files import DataFile, parquet_statistics, write_arrow
 from deltamv.delta.layout import DEFAULT_TARGET_FILE_ROWS, FileRange, KeyRangeLayout
@@ -45,6 +46,7 @@ __all__ = [
     "arrow_schema",
     "arrow_to_spark",
     "committed_batch",
+    "empty_commit_files",
     "file_uris",
     "owner_of",
     "parquet_statistics",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
@@ -88,6 +89,15 @@ def commit_infos(
     return infos
 
 
+def empty_commit_files(table_path: str) -> list[str]:
+    """The commit files of the log that are empty: a write cut short (a crash without a
+    sync, a full disk). delta-rs reads one as a version that changed nothing."""
+    with translate_errors(table_path):
+        filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
+        found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+    return sorted(e.path for e in found if _is_commit_file(e.base_name) and e.size == 0)
+
+
 def _is_commit_file(name: str) -> bool:
     return len(name) == 25 and name.endswith(".json") and name[:20].isdigit()
 
@@ -139,5 +149,14 @@ def translate_errors(table_path: str) -> Iterator[None]:
 
 
 def _line(e: BaseException) -> str:
-    text = " ".join(str(e).split())
+    """delta-rs' message as one line: without its terminal colours (even when not on a
+    terminal) and without the backtrace some errors carry (" 0: <unknown> 1: ...")."""
+    text = " ".join(_COLOUR.sub("", str(e)).split())
+    frames = _FRAMES.search(text)
+    if frames is not None:
+        text = text[: frames.start()]
     return text if len(text) <= 300 else text[:297] + "..."
+
+
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+_FRAMES = re.compile(r" 0: \S.*? 1: ")

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from deltamv.config import JobConfig
+from deltamv.delta import empty_commit_files
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, owner_of
 from deltamv.delta.table import DeltaTableHandle
-from deltamv.errors import CommitConflictError, ConfigError
+from deltamv.errors import CommitConflictError, ConfigError, StorageError
 from deltamv.job.targets import CHECKPOINT_KEY, Target
 from deltamv.state.store import StateStore
 
@@ -66,6 +67,18 @@ def check_tables(
                 f"table {path} is at version {current} but job {config.name!r} committed"
                 f" version {recorded}: it was replaced or restored by another writer"
             )
+        empty = empty_commit_files(path)
+        if empty:
+            raise StorageError(
+                f"table {path}: commit file {empty[0]} is empty (a write cut short by a crash"
+                " or a full disk), so the table no longer holds what was committed; restore"
+                " it, or start the job anew with a new checkpoint and new table paths"
+            )
+        if recorded is not None and not _made_by(handle, recorded, config.name, checkpoint_id):
+            raise CommitConflictError(
+                f"table {path} version {recorded} is not the commit job {config.name!r} made"
+                " there: it was replaced by another writer, or its commit file was damaged"
+            )
         base = -1 if recorded is None else recorded
         for info in handle.commits_since(base):
             version = int(str(info.get("version", -1)))
@@ -97,3 +110,10 @@ def check_tables(
                 f"{exc}; a table keeps its columns: give it a new path",
                 source=config.origin,
             ) from None
+
+
+def _made_by(handle: DeltaTableHandle, version: int, job: str, checkpoint_id: str) -> bool:
+    """The commit of ``version`` carries this job's name and checkpoint."""
+    found = handle.commits_since(version - 1)
+    info = found[0] if found and found[0].get("version") == version else {}
+    return info.get(JOB_KEY) == job and info.get(CHECKPOINT_KEY, checkpoint_id) == checkpoint_id

@@ -16,13 +16,14 @@ import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 import uuid
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from py4j.protocol import Py4JError
 from pyspark.errors import PySparkException
@@ -268,7 +269,14 @@ class ViewJob:
         found = unwire(exc) or _storage_error(exc)
         if found is not None:
             return found
-        return DeltaMVError(f"the streaming query failed: {str(exc).strip().splitlines()[0]}")
+        text = str(exc).strip()
+        io = _JAVA_IO.search(text)
+        if io is not None:  # Spark's own files: its offsets and commits in the checkpoint
+            return StorageError(
+                f"storage failed (Spark's part of the checkpoint, {self.config.checkpoint}):"
+                f" {io.group(1).strip()}"
+            )
+        return DeltaMVError(f"the streaming query failed: {text.splitlines()[0]}")
 
 
 class _Opened:
@@ -367,6 +375,9 @@ def _clear_interrupted_writes(spark_checkpoint: Path) -> None:
                 log.info("removed %s, left by an interrupted write", entry)
 
 
+_JAVA_IO = re.compile(r"java\.io\.IOException: (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE)
+
+
 def _storage_error(exc: BaseException) -> StorageError | None:
     from deltamv.errors import exception_chain
 
@@ -403,24 +414,28 @@ def _log_report(report: BatchReport) -> None:
 @contextlib.contextmanager
 def _lock(checkpoint: Path, job: str) -> Iterator[None]:
     """Refuse to run twice: a second job with this checkpoint fails at once."""
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    handle: IO[str] = open(checkpoint / "_lock", "a+")  # noqa: SIM115
     try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        fd = os.open(checkpoint / "_lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise StorageError(
+            f"storage failed ({checkpoint}): cannot take the checkpoint's lock: {e.strerror}"
+        ) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        handle.close()
+        os.close(fd)
         raise CommitConflictError(
             f"job {job!r} is already running on checkpoint {checkpoint}"
         ) from None
     try:
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"pid": os.getpid(), "job": job}))
-        handle.flush()
+        with contextlib.suppress(OSError):  # who holds it, for people; the lock is flock's
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps({"pid": os.getpid(), "job": job}).encode(), 0)
         yield
     finally:
-        fcntl.flock(handle, fcntl.LOCK_UN)
-        handle.close()
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class _CutShort(Exception):
