@@ -20,6 +20,7 @@ from deltamv.errors import DeltaMVError
 from deltamv.python_worker import worker_python
 
 DEFAULT_MASTER = "local[2]"
+_WAREHOUSE = "spark.sql.warehouse.dir"
 log = logging.getLogger("deltamv.session")
 
 _DEFAULT_CONF = {
@@ -76,6 +77,9 @@ def build_spark(
         builder = builder.master(chosen)
     settings = dict(_DEFAULT_CONF)
     if config:
+        # Spark makes its (unused) warehouse folder where the process runs, at the first
+        # SQL it analyses: in the job's checkpoint instead.
+        settings[_WAREHOUSE] = os.path.join(config.checkpoint, "spark-warehouse")
         settings.update(config.spark.conf)
     settings.update(conf or {})
     if not is_utc(settings.get(TIME_ZONE, "UTC")):

@@ -15,7 +15,7 @@ from chispa import assert_df_equality
 from deltamv import delta
 from deltamv.changelog.segments import Segment
 from deltamv.config import load_config
-from deltamv.errors import BadRecordError, ConfigError
+from deltamv.errors import BadRecordError, ConfigError, StateError
 from deltamv.job import ViewJob
 from deltamv.job.changelog import ChangelogUpstream
 from tests.helpers.bank import (
@@ -238,6 +238,27 @@ def test_a_log_write_cut_short_does_not_keep_the_job_from_starting(spark: Any, b
     assert [r.watermark for r in reports if r.committed] == [115]
     assert sorted(p.name for p in offsets.iterdir() if not p.name.endswith(".crc")) == ["0"]
     assert not stale.parent.exists()
+
+
+def test_a_spark_checkpoint_that_lost_its_last_batch_is_refused(spark: Any, bank: Path) -> None:
+    """Spark's last offset and commit entries lost: Spark plans that batch again over
+    more segments. The job took it for the batch it had finished and skipped all of
+    them (views stalled at the batch before, with exit 0)."""
+    config = load_config(bank / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(config, spark).run(once=True)
+    spark_dir = bank / "state" / "_checkpoint" / "spark"
+    for log_dir in ("offsets", "commits"):
+        for entry in (spark_dir / log_dir).glob("*1*"):
+            entry.unlink()
+    segment(bank, 1, 3, lines([resolved(1, 170)]))
+    segment(bank, 2, 3, lines([resolved(2, 170)]))
+    total = str(bank / "out" / "views" / "total_balance")
+    with pytest.raises(StateError, match=r"Spark's offset log says batch 1 ends at .* but the job"):
+        ViewJob(config, spark).run(once=True)
+    assert [v.watermark for v in delta.versions(total)] == [115, 140]
 
 
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:

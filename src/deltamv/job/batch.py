@@ -136,6 +136,7 @@ class BatchRunner:
                 f" the Spark checkpoint was reset; restore it or start with a new checkpoint"
                 " and new output paths"
             )
+        self._check_planned_from(batch if batch <= progress.batch else batch - 1)
         if batch <= progress.applied_batch:
             return BatchReport(batch, 0, 0, progress.watermark, False, 0, replay="finished")
         events = released = 0
@@ -161,6 +162,22 @@ class BatchRunner:
         return BatchReport(batch, events, released, watermark, committed,
                            int((time.monotonic() - started) * 1000), clock.phases, written,
                            replay)  # fmt: skip
+
+    def _check_planned_from(self, batch: int) -> None:
+        """Spark's offset log must say of ``batch`` what the job recorded when it read it:
+        a replayed batch reads what it read, and a new one starts where it ended. A lost
+        entry of the log has Spark plan the batch again over other offsets; the job then
+        skipped changes as done, or read some twice (a false bad record)."""
+        recorded = self.store.batch_offsets(batch) if batch >= 0 else None
+        if not recorded:
+            return
+        planned = self.upstream.planned_offsets(batch)
+        if any(k in recorded and recorded[k] != v for k, v in planned.items()):
+            raise StateError(
+                f"Spark's offset log says batch {batch} ends at {dict(planned)}, but the job"
+                f" read it up to {dict(recorded)}: entries of the Spark checkpoint were lost"
+                " or changed; restore it, or start with a new checkpoint and new output paths"
+            )
 
     def _ingest(self, batch: int, clock: _Clock) -> IngestResult:
         with self.store.transaction():

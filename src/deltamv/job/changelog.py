@@ -121,6 +121,9 @@ class ChangelogUpstream:
 
         return ingest(store, compute, batch, groups(), offsets=segs.offsets)
 
+    def planned_offsets(self, batch: int) -> Mapping[str, Any]:
+        return {"regions": {str(r): s for r, s in sorted(self._logged_offset(batch).items())}}
+
     def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
         return {}
 

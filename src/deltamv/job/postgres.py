@@ -336,7 +336,7 @@ class PostgresUpstream:
         watermark = floor
         tables: dict[str, pa.Table] = {}
         truncated = set()
-        offsets: dict[str, Any] = {"lsn": upto}
+        offsets: dict[str, Any] = {"lsn": upto, "planned": self._logged_offset(batch)}
         if changes.last_tso is not None and changes.transactions:
             watermark = max(changes.last_tso, floor)
             store.set_source_position(_TSO, str(changes.last_tso))
@@ -364,6 +364,9 @@ class PostgresUpstream:
         )  # fmt: skip
         return IngestResult(batch, changes.changes, released, watermark, floor, None, tables,
                             frozenset(truncated))  # fmt: skip
+
+    def planned_offsets(self, batch: int) -> Mapping[str, Any]:
+        return {"planned": self._logged_offset(batch)}  # ("lsn" is where the batch read to)
 
     def _logged_offset(self, batch: int) -> int:
         return int(logged_offset(self.offset_log, batch)["lsn"])

@@ -58,6 +58,11 @@ class Upstream(Protocol):
         """Read ``batch`` and release its changes (inside the batch's state transaction)."""
         ...
 
+    def planned_offsets(self, batch: int) -> Mapping[str, Any]:
+        """Where ``batch`` ends by Spark's offset log, as the keys of the offsets the
+        ingest records for it (compared with them when Spark plans from that batch)."""
+        ...
+
     def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
         """Extra commit-info keys for the versions of ``batch``."""
         ...
