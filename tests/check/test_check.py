@@ -140,3 +140,25 @@ def test_an_always_query_must_return_one_boolean_column(spark: Any, tmp_path: Pa
     report = check_job(spark, load_config(tmp_path / "job.toml"), views=["negative_accounts"])
     assert [v.check for v in report.violations] == ["no_negative_balance"] * 2
     assert "one boolean column" in report.violations[0].detail
+
+
+def test_a_published_table_is_checked_against_the_truth_too(spark: Any, tmp_path: Path) -> None:
+    """``tables.X.path`` copies were left out: a wrong copy passed the check."""
+    consistent_tables(tmp_path)
+    copy = tmp_path / "tables" / "accounts"
+    full = pa.schema([("id", pa.int64()), ("owner", pa.string()), ("balance", pa.int64())])
+    commit_version(
+        str(copy),
+        [{"id": 1, "owner": "o1", "balance": 500}, {"id": 2, "owner": "o2", "balance": 500}],
+        full,
+        watermark=ts(1),
+    )
+    commit_version(str(copy), [{"id": 1, "owner": "o1", "balance": 400}], full, watermark=ts(3))
+    text = CONFIG.replace("[tables.accounts]\n", '[tables.accounts]\npath = "tables/accounts"\n')
+    assert 'path = "tables/accounts"' in text
+    (tmp_path / "job.toml").write_text(text)
+    report = check_job(spark, load_config(tmp_path / "job.toml"), truth=bank_truth())
+    by_name = {v.view: v for v in report.views}
+    assert by_name["tables.accounts"].truth_checked == 2
+    found = {(v.view, v.check, v.version) for v in report.violations}
+    assert found == {("tables.accounts", "truth", 1)}

@@ -25,7 +25,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from deltamv import delta
-from deltamv.check.oracle import TruthSource, expected_view
+from deltamv.check.oracle import TruthSource, expected_rows
 from deltamv.config import InvariantConfig, JobConfig
 from deltamv.errors import DeltaMVError
 
@@ -119,12 +119,14 @@ def check_job(
     version order). Raises DeltaMVError for an unknown view name.
     """
     names = views_to_check(config, views)
-    checks = {name: ViewCheck(name) for name in names}
+    outputs = {name: (config.views[name].path, config.views[name].sql) for name in names}
+    if views is None:  # and the published tables, each its table's rows
+        outputs.update(_published_tables(config))
+    checks = {name: ViewCheck(name) for name in outputs}
     histories: dict[str, list[delta.VersionInfo]] = {}
-    for name in names:
+    for name, (path, _) in outputs.items():
         result = checks[name]
         result.invariants = [i.name for i in config.invariants.values() if i.view == name]
-        path = config.views[name].path
         if delta.table_version(path) is None:
             result.fail(Violation(name, "table", None, None,
                                   f"no version yet at {path} (the job has not committed this view)"))  # fmt: skip
@@ -137,8 +139,18 @@ def check_job(
         if invariants:
             _check_invariants(spark, result, path, history, invariants, max_violations)
     if truth is not None:
-        _check_truth(spark, config, truth, checks, histories, max_violations)
+        _check_truth(spark, config, truth, checks, outputs, histories, max_violations)
     return CheckReport(tuple(checks.values()), truth is not None)
+
+
+def _published_tables(config: JobConfig) -> dict[str, tuple[str, str]]:
+    """``tables.<name>``: the path and SQL of each table the job publishes."""
+    out = {}
+    for name, table in config.tables.items():
+        if table.path:
+            columns = ", ".join(f"`{c}`" for c in table.schema.names)
+            out[f"tables.{name}"] = (table.path, f"SELECT {columns} FROM `{name}`")
+    return out
 
 
 def _check_watermarks(result: ViewCheck, history: list[delta.VersionInfo], limit: int) -> None:
@@ -232,6 +244,7 @@ def _check_truth(
     config: JobConfig,
     truth: TruthSource,
     checks: Mapping[str, ViewCheck],
+    outputs: Mapping[str, tuple[str, str]],
     histories: Mapping[str, list[delta.VersionInfo]],
     limit: int,
 ) -> None:
@@ -247,8 +260,9 @@ def _check_truth(
             continue
         tables = truth.tables_at(watermark)
         for name, info in todo:
-            expected = expected_view(spark, config, name, tables).toArrow()
-            actual = delta.read_arrow(config.views[name].path, info.version)
+            path, sql = outputs[name]
+            expected = expected_rows(spark, config, sql, tables).toArrow()
+            actual = delta.read_arrow(path, info.version)
             checks[name].truth_checked += 1
             detail = _table_difference(actual, expected)
             if detail is not None:

@@ -36,6 +36,13 @@ def expected_view(
     spark: SparkSession, config: JobConfig, view: str, tables: Mapping[str, pa.Table]
 ) -> DataFrame:
     """The view's SQL evaluated over the given table contents."""
+    return expected_rows(spark, config, config.views[view].sql, tables)
+
+
+def expected_rows(
+    spark: SparkSession, config: JobConfig, sql: str, tables: Mapping[str, pa.Table]
+) -> DataFrame:
+    """``sql`` over the config's tables holding the given contents."""
     for name, table in config.tables.items():
         data = tables.get(name)
         if data is None or data.num_rows == 0:
@@ -43,7 +50,7 @@ def expected_view(
         else:
             df = spark.createDataFrame(data.select(table.schema.names), table.schema.to_ddl())
         df.createOrReplaceTempView(name)
-    return spark.sql(config.views[view].sql)
+    return spark.sql(sql)
 
 
 def version_pairs(
