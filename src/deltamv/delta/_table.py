@@ -141,8 +141,8 @@ def translate_errors(table_path: str) -> Iterator[None]:
         raise StorageError(f"Delta table {table_path}: {_line(e)}") from e
     except FileNotFoundError as e:
         raise StorageError(
-            f"Delta table {table_path}: a file it names is gone ({_line(e)}; a vacuum removes"
-            " the files of versions older than its retention)"
+            f"Delta table {table_path}: a file it names is gone ({_line(e)}): deleted by"
+            " something else, or, for a version older than the vacuum's retention, by a vacuum"
         ) from e
     except OSError as e:
         raise StorageError(f"Delta table {table_path}: {_line(e)}") from e

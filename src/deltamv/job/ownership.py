@@ -94,7 +94,8 @@ def check_tables(
                 raise CommitConflictError(
                     f"table {path} holds versions that this job's checkpoint"
                     f" {config.checkpoint} did not write (another job named {config.name!r},"
-                    " or a new checkpoint): give each job its own table paths"
+                    " a new checkpoint, or this one's state deleted): give each job its own"
+                    " table paths"
                 )
             raise CommitConflictError(
                 f"table {path} version {version} was committed by another writer"
