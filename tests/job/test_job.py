@@ -69,6 +69,16 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
     )
 
 
+def _two_runs_around_a_transfer(spark: Any, bank: Path) -> Any:
+    """A run over the first segments, the transfer of 50 from 1 to 7, a run over it."""
+    config = load_config(bank / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(config, spark).run(once=True)
+    return config
+
+
 def test_a_job_without_a_snapshot_creates_its_views_from_the_first_change(
     spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,11 +168,7 @@ def test_the_first_batch_takes_the_segments_parsed_ahead(
     batch takes that parse, and no segment is parsed twice (a first start, then a
     restart over new segments)."""
     parsed = _spy_parses(monkeypatch)
-    config = load_config(bank / "config.toml")
-    ViewJob(config, spark).run(once=True)
-    segment(bank, 1, 2, GOOD_1_2)
-    segment(bank, 2, 2, GOOD_2_2)
-    ViewJob(config, spark).run(once=True)
+    _two_runs_around_a_transfer(spark, bank)
     total = bank / "out" / "views" / "total_balance"
     assert [v.watermark for v in delta.versions(str(total))] == [115, 140]
     files = sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
@@ -244,11 +250,7 @@ def test_a_spark_checkpoint_that_lost_its_last_batch_is_refused(spark: Any, bank
     """Spark's last offset and commit entries lost: Spark plans that batch again over
     more segments. The job took it for the batch it had finished and skipped all of
     them (views stalled at the batch before, with exit 0)."""
-    config = load_config(bank / "config.toml")
-    ViewJob(config, spark).run(once=True)
-    segment(bank, 1, 2, GOOD_1_2)
-    segment(bank, 2, 2, GOOD_2_2)
-    ViewJob(config, spark).run(once=True)
+    config = _two_runs_around_a_transfer(spark, bank)
     spark_dir = bank / "state" / "_checkpoint" / "spark"
     for log_dir in ("offsets", "commits"):
         for entry in (spark_dir / log_dir).glob("*1*"):
