@@ -136,3 +136,57 @@ def test_a_session_built_with_another_time_zone_is_refused() -> None:
         build_spark(conf={"spark.sql.session.timeZone": "Asia/Tokyo"})
     with pytest.raises(DeltaMVError, match="ANSI mode"):
         build_spark(conf={"spark.sql.ansi.enabled": "false"})
+
+
+@pytest.mark.parametrize(
+    ("changes", "refused"),
+    [
+        # accepted: folders the upstream's readers never read, outputs apart
+        ({'checkpoint = "out/_checkpoint"': 'checkpoint = "data/changelog/_checkpoint"'}, None),
+        ({'path = "out/views/total_balance"': 'path = "data/changelog/.views/total"'}, None),
+        ({'changelog = "data/changelog"': 'changelog = "out/_checkpoint/feed"'}, None),
+        (
+            {
+                'changelog = "data/changelog"': 'changelog = "data/changelog"\nsnapshot = "data"',
+                'path = "out/views/total_balance"': 'path = "data/views/total"',
+            },
+            None,
+        ),
+        # refused: an output a vacuum or a reader would reach
+        (
+            {'path = "out/views/total_balance"': 'path = "data/changelog/views/total"'},
+            "views.total_balance.path: path '.*' lies inside job.changelog",
+        ),
+        (
+            {'path = "out/views/total_balance"': 'path = "data"'},
+            "views.total_balance.path: path '.*' holds job.changelog",
+        ),
+        (
+            {
+                'changelog = "data/changelog"': 'changelog = "data/changelog"\nsnapshot = "data"',
+                'path = "out/views/total_balance"': 'path = "data/accounts/total"',
+            },
+            "views.total_balance.path: path '.*' lies inside job.snapshot",
+        ),
+        (
+            {'path = "out/views/total_balance"': 'path = "out"'},
+            "views.total_balance.path: path '.*' holds job.checkpoint",
+        ),
+        (
+            {'checkpoint = "out/_checkpoint"': 'checkpoint = "out/ck{1}"'},
+            r"job.checkpoint: path '.*' has \{ \}, which delta-rs cannot open a table under",
+        ),
+    ],
+)
+def test_where_outputs_and_the_checkpoint_may_lie(
+    tmp_path: Path, changes: dict[str, str], refused: str | None
+) -> None:
+    text = GOOD
+    for old, new in changes.items():
+        assert old in text
+        text = text.replace(old, new)
+    if refused is None:
+        load_config(write(tmp_path, text))
+    else:
+        with pytest.raises(ConfigError, match=refused):
+            load_config(write(tmp_path, text))

@@ -7,6 +7,7 @@ docs/guarantees.md; ``check``, ``status`` and ``read`` are docs/check-status-rea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
@@ -189,16 +190,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("deltamv: interrupted", file=sys.stderr)
         return 130
-    except Exception as exc:  # a bug of deltamv's: still one line, the trace under -v
-        from deltamv.session import write_error_line
+    except BrokenPipeError:  # the reader of our output went away (`deltamv read | head`)
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except BaseException as exc:  # delta-rs' panics are BaseExceptions, not Exceptions
+        if isinstance(exc, SystemExit | GeneratorExit):
+            raise
+        return _unexpected(exc)
 
-        logging.getLogger("deltamv").debug("internal error", exc_info=True)
-        text = " ".join(str(exc).split())[:500]
+
+def _unexpected(exc: BaseException) -> int:
+    """An error deltamv did not expect, still as one line (the trace under -v)."""
+    from deltamv.session import write_error_line
+
+    logging.getLogger("deltamv").debug("unexpected error", exc_info=True)
+    text = " ".join(str(exc).split())[:500]
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f" ({exc.filename})" if exc.filename else ""
+        write_error_line(f"deltamv: error: storage failed{where}: {exc.strerror}")
+    elif isinstance(exc, MemoryError):
+        write_error_line(
+            "deltamv: error: out of memory (see spark.driver.memory and the batch size)"
+        )
+    else:
         write_error_line(
             f"deltamv: internal error: {type(exc).__name__}: {text} (-v shows where; please"
             " report it)"
         )
-        return 1
+    return 1
 
 
 if __name__ == "__main__":

@@ -171,33 +171,50 @@ class JobConfig:
                 )
 
     def _check_locations(self) -> None:
-        """No output's directory may be, hold or lie inside another output, the
-        checkpoint or the upstream's files: a table's vacuum deletes every file of its
-        directory that no version names (another table's log, Spark's offsets), and the
-        change log's reader takes every directory in it for a region."""
+        """Where outputs may not be. A table's vacuum deletes every file in its folder
+        that no version names (another table's log, Spark's offsets, the change log), so
+        no output may hold, or lie inside, another output or the checkpoint, nor hold the
+        change log or the snapshot. The change log's reader takes each folder in it for a
+        region unless its name starts with '.' or '_'; the snapshot's, each declared
+        table's folder."""
         outputs = [(f"views.{v.name}.path", v.path) for v in self.views.values()] + [
             (f"tables.{t.name}.path", t.path) for t in self.tables.values() if t.path
         ]
-        others = [("job.checkpoint", self.checkpoint)]
-        others += [("job.changelog", self.changelog)] if self.changelog else []
-        others += [("job.snapshot", self.snapshot)] if self.snapshot else []
-        placed: list[tuple[str, str]] = []
+        inputs = [("job.changelog", self.changelog)] if self.changelog else []
+        inputs += [("job.snapshot", self.snapshot)] if self.snapshot else []
+        placed: list[tuple[str, str]] = [("job.checkpoint", self.checkpoint)]
         for key, path in outputs:
             unusable = _unusable_table_path(path)
             if unusable:
                 raise ConfigError(key, f"path {path!r} {unusable}", source=self.origin)
-            for other, where in [*placed, *others]:
+            for other, where in [*placed, *inputs]:
                 problem = _overlap(path, where)
+                if problem == "lies inside" and other in ("job.changelog", "job.snapshot"):
+                    problem = self._read_by_upstream(path, other, where)
                 if problem:
                     raise ConfigError(key, f"path {path!r} {problem} {other}", source=self.origin)
             placed.append((key, path))
-        if self.changelog and _overlap(self.checkpoint, self.changelog):
-            raise ConfigError(
-                "job.checkpoint",
-                f"path {self.checkpoint!r} {_overlap(self.checkpoint, self.changelog)}"
-                " job.changelog",
-                source=self.origin,
-            )
+        unusable = _unusable_table_path(self.checkpoint)  # the job's own copies are in it
+        if unusable:
+            raise ConfigError("job.checkpoint", f"path {self.checkpoint!r} {unusable}",
+                              source=self.origin)  # fmt: skip
+        if self.changelog:
+            problem = _overlap(self.checkpoint, self.changelog)
+            if problem == "lies inside":
+                problem = self._read_by_upstream(self.checkpoint, "job.changelog", self.changelog)
+            if problem and problem != "holds":
+                raise ConfigError(
+                    "job.checkpoint",
+                    f"path {self.checkpoint!r} {problem} job.changelog",
+                    source=self.origin,
+                )
+
+    def _read_by_upstream(self, path: str, key: str, root: str) -> str | None:
+        """ "lies inside" when the upstream's reader reads the folder ``path`` is in."""
+        first = os.path.relpath(os.path.normpath(path), os.path.normpath(root)).split(os.sep)[0]
+        if key == "job.changelog":
+            return None if first.startswith((".", "_")) else "lies inside"
+        return "lies inside" if first in self.tables else None
 
     def with_tables(self, tables: Mapping[str, TableConfig]) -> JobConfig:
         """This config with its tables' schemas and keys filled in (PostgreSQL catalog)."""
@@ -208,14 +225,18 @@ _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 
 
 def _unusable_table_path(path: str) -> str | None:
-    r"""Why delta-rs cannot keep a table at the local ``path``, or None: it takes a local
+    r"""Why a table cannot be kept at the local ``path``, or None: delta-rs takes a local
     path for a URL, so a percent escape in it names another directory, and ``[ ] | ^ \``
-    fail (a URI, with ``://``, is the user's to encode)."""
+    fail; Spark, reading a table by its files, takes ``[ ] { } * ?`` for a pattern. (A
+    URI, with ``://``, is the user's to encode.)"""
     if "://" in path:
         return None
-    bad = sorted({c for c in path if c in "[]|^\\"})
+    bad = sorted({c for c in path if c in "[]{}*?|^\\"})
     if bad:
-        return f"has {' '.join(bad)}, which delta-rs cannot open a table under"
+        return (
+            f"has {' '.join(bad)}, which delta-rs cannot open a table under, or Spark reads"
+            " as a pattern"
+        )
     escape = _PERCENT_ESCAPE.search(path)
     if escape:
         return f"has {escape.group()!r}, which delta-rs reads as a percent-encoded character"

@@ -152,9 +152,9 @@ _JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
 
 def _quiet_submitted_jvm() -> None:
-    """spark-submit started the driver's JVM with Spark's own logging (INFO, and every
-    failed task's stack trace): give it deltamv's, as a driver JVM deltamv starts gets,
-    unless the user set their own. Once the session has started (the start sets Spark's
+    """spark-submit started the driver's JVM with Spark's default logging (INFO, and
+    every failed task's stack trace): give it deltamv's, as a driver JVM deltamv starts
+    gets; a logging config of the user's own is kept. Once the session has started (the start sets Spark's
     logging up again), so Spark's own start-up lines are still printed."""
     from pyspark import SparkContext
 
@@ -162,8 +162,10 @@ def _quiet_submitted_jvm() -> None:
     if gateway is None:
         return
     jvm = gateway.jvm
-    if jvm.System.getProperty("log4j2.configurationFile"):
-        return
+    context = jvm.org.apache.logging.log4j.LogManager.getContext(False)
+    source = str(context.getConfiguration().getConfigurationSource().getLocation() or "")
+    if not source.endswith("org/apache/spark/log4j2-defaults.properties"):
+        return  # the user's own (SPARK_CONF_DIR, -Dlog4j2.configurationFile, ...)
     log_config = Path(__file__).with_name("log4j2.properties")
     jvm.org.apache.logging.log4j.core.config.Configurator.reconfigure(
         jvm.java.net.URI(f"file:{log_config}")

@@ -64,19 +64,21 @@ def commit_infos(
 
     Read from the log's commit files, each numbered by its name: delta-rs' ``history()``
     numbers the commits it reads down from the version the table was opened at, so a
-    commit landing meanwhile gave every version the next one's commit info. A commit
-    file a log cleanup drops after the listing is skipped."""
+    commit landing meanwhile gave every version the next one's commit info. With
+    ``upto`` the files are opened by name (a log holds up to a month of versions: not
+    listed at every start). A commit file a log cleanup drops meanwhile is skipped."""
     infos: list[dict[str, Any]] = []
     with translate_errors(table_path):
         filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
-        found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
-        numbered = sorted(
-            (int(entry.base_name[:20]), entry.path)
-            for entry in found
-            if _is_commit_file(entry.base_name)
-            and int(entry.base_name[:20]) > after
-            and (upto is None or int(entry.base_name[:20]) <= upto)
-        )
+        if upto is None:
+            found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+            numbered = sorted(
+                (int(e.base_name[:20]), e.path)
+                for e in found
+                if _is_commit_file(e.base_name) and int(e.base_name[:20]) > after
+            )
+        else:
+            numbered = [(v, _commit_file(root, v)) for v in range(after + 1, upto + 1)]
         for version, path in numbered:
             try:
                 with filesystem.open_input_stream(path) as f:
@@ -89,13 +91,19 @@ def commit_infos(
     return infos
 
 
-def empty_commit_files(table_path: str) -> list[str]:
-    """The commit files of the log that are empty: a write cut short (a crash without a
-    sync, a full disk). delta-rs reads one as a version that changed nothing."""
+def empty_commit_files(table_path: str, *, after: int, upto: int) -> list[str]:
+    """The commit files of versions ``(after, upto]`` that are empty: a write cut short (a
+    crash without a sync, a full disk). delta-rs reads one as a version that changed
+    nothing."""
     with translate_errors(table_path):
         filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
-        found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
-    return sorted(e.path for e in found if _is_commit_file(e.base_name) and e.size == 0)
+        paths = [_commit_file(root, v) for v in range(after + 1, upto + 1)]
+        found = filesystem.get_file_info(paths) if paths else []
+    return [e.path for e in found if e.type == pafs.FileType.File and e.size == 0]
+
+
+def _commit_file(root: str, version: int) -> str:
+    return f"{root}/_delta_log/{version:020d}.json"
 
 
 def _is_commit_file(name: str) -> bool:

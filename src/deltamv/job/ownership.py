@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from deltamv.config import JobConfig
 from deltamv.delta import empty_commit_files
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, owner_of
+from deltamv.delta.housekeeping import last_checkpoint
 from deltamv.delta.table import DeltaTableHandle
 from deltamv.errors import CommitConflictError, ConfigError, StorageError
 from deltamv.job.targets import CHECKPOINT_KEY, Target
@@ -67,7 +68,8 @@ def check_tables(
                 f"table {path} is at version {current} but job {config.name!r} committed"
                 f" version {recorded}: it was replaced or restored by another writer"
             )
-        empty = empty_commit_files(path)
+        # From the last log checkpoint on: what readers and delta-rs read of the log
+        empty = empty_commit_files(path, after=last_checkpoint(path) or -1, upto=current)
         if empty:
             raise StorageError(
                 f"table {path}: commit file {empty[0]} is empty (a write cut short by a crash"

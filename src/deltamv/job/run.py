@@ -271,10 +271,10 @@ class ViewJob:
             return found
         text = str(exc).strip()
         io = _JAVA_IO.search(text)
-        if io is not None:  # Spark's own files: its offsets and commits in the checkpoint
+        if io is not None:  # most often Spark's own files: its offsets and commits
             return StorageError(
-                f"storage failed (Spark's part of the checkpoint, {self.config.checkpoint}):"
-                f" {io.group(1).strip()}"
+                f"Spark failed on I/O: {io.group(1).strip()} (Spark writes its offsets and"
+                f" commits under {self.config.checkpoint})"
             )
         return DeltaMVError(f"the streaming query failed: {text.splitlines()[0]}")
 
