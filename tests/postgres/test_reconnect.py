@@ -14,7 +14,8 @@ import pytest
 from deltamv.config import load_config
 from deltamv.errors import StateError, StorageError, unwire
 from deltamv.job.postgres import PostgresUpstream
-from deltamv.postgres import Reconnecting, current_wal_lsn, slot_status
+from deltamv.postgres import Reconnecting, current_wal_lsn, read_changes, slot_status
+from deltamv.postgres.changes import peek_messages
 from deltamv.postgres.source import PostgresStreamReader, decode_offset
 
 from .helpers import PUB, SLOT, start
@@ -75,6 +76,33 @@ def test_the_streaming_source_rides_out_a_terminated_backend(
     status = slot_status(pg, SLOT)
     assert status is not None and status.confirmed_flush_lsn == decode_offset(end)
     reader.stop()
+
+
+def test_the_jobs_read_of_the_slot_rides_out_a_terminated_backend(
+    pg: psycopg.Connection, pg_dsn: str
+) -> None:
+    """The job reads each batch's changes over its own connection: after a server restart
+    (here: its backend terminated) the read failed with "lost the connection" and the job
+    stopped, since the read turned the broken connection into deltamv's error before
+    ``Reconnecting`` could open it again."""
+    tables, begin = start(pg, pg_dsn, ACCOUNTS, ["accounts"])
+    pg.execute("INSERT INTO accounts VALUES (1, 'ann', 10)")
+    upto = current_wal_lsn(pg)
+    conn = Reconnecting(pg_dsn)
+
+    def read(c: psycopg.Connection) -> Any:
+        return read_changes(c, SLOT, PUB, tables, after_lsn=begin, upto_lsn=upto)
+
+    def peek(c: psycopg.Connection) -> list[bytes]:  # the read's own query, broken at once
+        return list(peek_messages(c, SLOT, PUB, upto))
+
+    assert conn.run(read, "reading the slot").changes == 1
+    _terminate(pg, conn.connection().info.backend_pid)
+    assert conn.run(read, "reading the slot").changes == 1
+    messages = conn.run(peek, "reading the slot")
+    _terminate(pg, conn.connection().info.backend_pid)
+    assert conn.run(peek, "reading the slot") == messages
+    conn.close()
 
 
 def test_the_sources_errors_reach_the_job_as_one_line(pg: psycopg.Connection, pg_dsn: str) -> None:

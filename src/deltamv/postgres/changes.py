@@ -48,10 +48,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from psycopg import sql
 
-from deltamv.errors import StateError, StorageError
+from deltamv.errors import StateError
 from deltamv.postgres._convert import typed_column
 from deltamv.postgres.catalog import PG_TYPES, PgTable
-from deltamv.postgres.connect import describe_dsn, one_line
 from deltamv.postgres.keys import row_keys
 from deltamv.postgres.lsn import format_lsn
 from deltamv.postgres.pgoutput import (
@@ -176,7 +175,7 @@ def peek_messages(
     ``_FETCH`` messages per round trip (measured faster than ``COPY ... (FORMAT
     binary)``: psycopg hands out one COPY message per call), in a transaction of its
     own on ``conn``. Errors on the slot become one-line StateErrors (invalidated,
-    missing, in use); a lost connection a StorageError.
+    missing, in use); others are psycopg's.
     """
     pub = sql.Identifier(publication).as_string(conn)  # publication_names are identifiers
     query = sql.SQL(
@@ -193,12 +192,7 @@ def peek_messages(
         known = slot_error(slot, e)
         if known is not None:
             raise known from None
-        if isinstance(e, psycopg.OperationalError) and (conn.closed or conn.broken):
-            raise StorageError(
-                f"lost the connection to PostgreSQL at {describe_dsn(conn.info.dsn)} while "
-                f"reading slot {slot}: {one_line(e, conn.info.dsn)}"
-            ) from None
-        raise
+        raise  # a lost connection: the caller's to open again (``connect.Reconnecting``)
 
 
 _FETCH = 10_000
