@@ -200,3 +200,16 @@ def test_a_write_waits_for_the_checkpoint_once_the_log_is_past_its_limit(
         log, copied = wal_frames(checkpoint / STATE_FILE)
         assert log < 10 and copied <= log
     store.close()
+
+
+def test_a_state_error_on_a_nearly_full_file_system_says_so(tmp_path, monkeypatch) -> None:
+    """SQLite reports a full disk as "disk I/O error" when a file cannot even grow."""
+    import os
+    from types import SimpleNamespace
+
+    from deltamv.state import store as store_module
+
+    path = tmp_path / "state.db"
+    assert store_module._full(path) == ""  # (the test's file system has room)
+    monkeypatch.setattr(os, "statvfs", lambda _: SimpleNamespace(f_bavail=10, f_frsize=4096))
+    assert store_module._full(path) == " (the file system has 40 KiB free)"

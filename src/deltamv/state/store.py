@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -325,6 +326,19 @@ def open_read_only(checkpoint: str | Path, *, job: str | None = None) -> ReadOnl
     return state
 
 
+def _full(path: Path) -> str:
+    """What SQLite calls a "disk I/O error" is often a full disk: say so when it is."""
+    try:
+        fs = os.statvfs(path.parent)
+    except OSError:
+        return ""
+    free = fs.f_bavail * fs.f_frsize
+    return f" (the file system has {free // 1024} KiB free)" if free < _LOW_SPACE else ""
+
+
+_LOW_SPACE = 1 << 20
+
+
 def _check_version(path: Path, version: str | None) -> None:
     if version is not None and version != str(SCHEMA_VERSION):
         raise StateError(
@@ -351,7 +365,7 @@ class StateStore(_Reader):
             _check_version(path, version)
             self.db.executescript(_DDL)
         except sqlite3.Error as exc:
-            raise StorageError(f"cannot open job state {path}: {exc}") from None
+            raise StorageError(f"cannot open job state {path}: {exc}{_full(path)}") from None
         self._checkpointer = _Checkpointer(path)
         self.pending = PendingTxns(self.db)
         self.done = DoneTxns(self.db)
@@ -403,7 +417,9 @@ class StateStore(_Reader):
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 self.db.execute("ROLLBACK")
-            raise StorageError(f"cannot commit job state {self.path}: {exc}") from None
+            raise StorageError(
+                f"cannot commit job state {self.path}: {exc}{_full(self.path)}"
+            ) from None
         self._checkpointer.request()
 
     def _wal_bytes(self) -> int:
