@@ -188,9 +188,7 @@ class JobConfig:
             if unusable:
                 raise ConfigError(key, f"path {path!r} {unusable}", source=self.origin)
             for other, where in [*placed, *inputs]:
-                problem = _overlap(path, where)
-                if problem == "lies inside" and other in ("job.changelog", "job.snapshot"):
-                    problem = self._read_by_upstream(path, other, where)
+                problem = self._conflict(path, other, where)
                 if problem:
                     raise ConfigError(key, f"path {path!r} {problem} {other}", source=self.origin)
             placed.append((key, path))
@@ -199,9 +197,7 @@ class JobConfig:
             raise ConfigError("job.checkpoint", f"path {self.checkpoint!r} {unusable}",
                               source=self.origin)  # fmt: skip
         if self.changelog:
-            problem = _overlap(self.checkpoint, self.changelog)
-            if problem == "lies inside":
-                problem = self._read_by_upstream(self.checkpoint, "job.changelog", self.changelog)
+            problem = self._conflict(self.checkpoint, "job.changelog", self.changelog)
             if problem and problem != "holds":
                 raise ConfigError(
                     "job.checkpoint",
@@ -209,12 +205,16 @@ class JobConfig:
                     source=self.origin,
                 )
 
-    def _read_by_upstream(self, path: str, key: str, root: str) -> str | None:
-        """ "lies inside" when the upstream's reader reads the folder ``path`` is in."""
-        first = os.path.relpath(os.path.normpath(path), os.path.normpath(root)).split(os.sep)[0]
+    def _conflict(self, path: str, key: str, where: str) -> str | None:
+        """How ``path`` and ``where`` (config key ``key``) overlap, if it matters: inside
+        the change log or the snapshot only a folder their readers read counts."""
+        problem = _overlap(path, where)
+        if problem != "lies inside" or key not in ("job.changelog", "job.snapshot"):
+            return problem
+        first = os.path.relpath(os.path.normpath(path), os.path.normpath(where)).split(os.sep)[0]
         if key == "job.changelog":
-            return None if first.startswith((".", "_")) else "lies inside"
-        return "lies inside" if first in self.tables else None
+            return None if first.startswith((".", "_")) else problem
+        return problem if first in self.tables else None
 
     def with_tables(self, tables: Mapping[str, TableConfig]) -> JobConfig:
         """This config with its tables' schemas and keys filled in (PostgreSQL catalog)."""

@@ -71,7 +71,8 @@ def commit_infos(
     with translate_errors(table_path):
         filesystem, root = pafs.FileSystem.from_uri(table_uri(table_path))
         if upto is None:
-            found = filesystem.get_file_info(pafs.FileSelector(f"{root}/_delta_log"))
+            log = pafs.FileSelector(f"{root}/_delta_log", allow_not_found=True)
+            found = filesystem.get_file_info(log)
             numbered = sorted(
                 (int(e.base_name[:20]), e.path)
                 for e in found

@@ -70,8 +70,6 @@ def owner_of(table_path: str) -> str | None:
     a table something else owns. Later foreign commits are caught by ``expected_version``.
     Reads the earliest commit the log still holds.
     """
-    if open_table(table_path) is None:
-        return None
-    first = commit_infos(table_path, first=True)
+    first = commit_infos(table_path, first=True)  # (none where there is no table)
     job = first[0].get(JOB_KEY) if first else None
     return job if isinstance(job, str) else None

@@ -31,10 +31,8 @@ def check_owners(config: JobConfig) -> None:
     outputs = [(f"views.{n}.path", v.path) for n, v in config.views.items()]
     outputs += [(f"tables.{n}.path", t.path) for n, t in config.tables.items() if t.path]
     for key, path in outputs:
-        if not DeltaTableHandle(path).exists():
-            continue
         owner = owner_of(path)
-        if owner != config.name:
+        if owner != config.name and DeltaTableHandle(path).exists():
             who = f"job {owner!r}" if owner else "something other than deltamv"
             raise ConfigError(key, f"{path} holds a Delta table written by {who}",
                               source=config.origin)  # fmt: skip

@@ -13,7 +13,14 @@ from psycopg.conninfo import conninfo_to_dict
 
 from deltamv.errors import ConfigError, StorageError
 
-__all__ = ["SESSION_SETTINGS", "Reconnecting", "connect", "describe_dsn", "one_line"]
+__all__ = [
+    "SESSION_SETTINGS",
+    "Reconnecting",
+    "connect",
+    "describe_dsn",
+    "one_line",
+    "statement_failed",
+]
 
 _T = TypeVar("_T")
 
@@ -156,6 +163,13 @@ def connect(
         return conn
 
 
+def statement_failed(dsn: str, exc: psycopg.Error, doing: str) -> StorageError:
+    """A statement PostgreSQL refused on a sound connection, as one line."""
+    return StorageError(
+        f"PostgreSQL at {describe_dsn(dsn)} failed while {doing}: {one_line(exc, dsn)}"
+    )
+
+
 class Reconnecting:
     """One connection to ``dsn``, opened when first needed and opened again when it broke
     (the server restarted, the backend was terminated, a network blip). :meth:`run` calls
@@ -199,10 +213,7 @@ class Reconnecting:
         return self._conn is None or self._conn.closed or bool(self._conn.broken)
 
     def _failed(self, exc: psycopg.Error, doing: str) -> StorageError:
-        """A statement PostgreSQL refused on a sound connection, as one line."""
-        return StorageError(
-            f"PostgreSQL at {describe_dsn(self.dsn)} failed while {doing}: {one_line(exc, self.dsn)}"
-        )
+        return statement_failed(self.dsn, exc, doing)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

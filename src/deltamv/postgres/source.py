@@ -36,9 +36,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from deltamv.errors import ConfigError, DeltaMVError, StorageError, wire
+from deltamv.errors import ConfigError, DeltaMVError, wire
 from deltamv.postgres.changes import batch_upper, transactions
-from deltamv.postgres.connect import Reconnecting, connect, describe_dsn, one_line
+from deltamv.postgres.connect import Reconnecting, connect, statement_failed
 from deltamv.postgres.lsn import format_lsn, parse_lsn
 from deltamv.postgres.slot import advance_slot, check_slot, current_wal_lsn
 
@@ -174,12 +174,7 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         except DeltaMVError as e:
             raise wire(e) from None
         except psycopg.Error as e:
-            where = describe_dsn(self.options.dsn)
-            raise wire(
-                StorageError(
-                    f"PostgreSQL at {where} failed while reading the slot: {one_line(e, self.options.dsn)}"
-                )
-            ) from None
+            raise wire(statement_failed(self.options.dsn, e, "reading the slot")) from None
 
     def _transactions(self, partition: PostgresPartition) -> Iterator[pa.RecordBatch]:
         o = self.options

@@ -322,8 +322,12 @@ def open_read_only(checkpoint: str | Path, *, job: str | None = None) -> ReadOnl
     stored = state.job
     if job is not None and stored and stored != job:
         state.close()
-        raise StateError(f"checkpoint {path.parent} belongs to job {stored!r}, not {job!r}")
+        raise _other_job(path, stored, job)
     return state
+
+
+def _other_job(path: Path, stored: str, job: str) -> StateError:
+    return StateError(f"checkpoint {path.parent} belongs to job {stored!r}, not {job!r}")
 
 
 def _full(path: Path) -> str:
@@ -381,7 +385,7 @@ class StateStore(_Reader):
                 self._put("applied_batch", "-1")
                 self._put("watermark", str(start_ts))
         elif stored_job != job:
-            raise StateError(f"checkpoint {path.parent} belongs to job {stored_job!r}, not {job!r}")
+            raise _other_job(path, stored_job, job)
         elif self.start_ts != start_ts:
             raise StateError(
                 f"checkpoint {path.parent} was started at ts {self.start_ts}, but the"
