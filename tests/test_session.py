@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from deltamv.session import (
     _workers_python,
     delta_spark_available,
 )
+from deltamv.source_runner import RUNNER
 
 
 def test_user_java_options_keep_deltamvs_logging_config() -> None:
@@ -130,6 +132,36 @@ def test_the_launcher_drops_only_the_installed_zip(tmp_path: Path) -> None:
     assert worker_python(tmp_path / "cache") == launcher  # written once, then reused
     assert Path(launcher).stat().st_ino == written.st_ino
     assert Path(launcher).stat().st_mtime_ns == written.st_mtime_ns
+
+
+@pytest.mark.parametrize("through", ["launcher", "python"])
+def test_the_streaming_source_runner_ends_quietly_when_spark_hangs_up(
+    tmp_path: Path, through: str
+) -> None:
+    """Spark's runner of a Python streaming source, whose socket the JVM closes as the
+    query stops: through the launcher, no tracebacks about the closed socket (run as
+    Spark runs it without the launcher, three)."""
+    launcher = worker_python(tmp_path / "cache")
+    assert launcher is not None
+    sock_path = str(tmp_path / "worker.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(sock_path)
+        server.listen(1)
+        proc = subprocess.Popen(
+            [launcher if through == "launcher" else sys.executable, "-m", RUNNER],
+            env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        server.settimeout(60)
+        conn, _ = server.accept()
+        with conn:
+            assert len(conn.recv(4)) == 4  # the runner's process id: it is connected
+        _, err = proc.communicate(timeout=60)
+    text = err.decode(errors="replace")
+    if through == "launcher":
+        assert text == "" and proc.returncode == 1, text
+    else:
+        assert text.count("Traceback") >= 2 and "BrokenPipeError" in text, text
 
 
 def test_no_launcher_in_a_folder_others_may_write(tmp_path: Path) -> None:

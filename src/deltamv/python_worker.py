@@ -10,7 +10,9 @@ With a pip-installed pyspark, ``SPARK_HOME`` is the package itself, and the zip 
 the very modules the package has installed, compiled, beside it. :func:`worker_python`
 writes a small launcher that drops exactly that zip from ``PYTHONPATH`` and then runs
 this interpreter: the workers import the same pyspark, compiled. A zip of another Spark
-install (``SPARK_HOME`` elsewhere) is another path, and stays.
+install (``SPARK_HOME`` elsewhere) is another path, and stays. The launcher also runs the
+streaming source's runner through :mod:`deltamv.source_runner`, which ends it quietly
+when the JVM hangs up on it.
 :func:`deltamv.session.build_spark` uses the launcher as ``PYSPARK_PYTHON`` for local
 masters, unless ``PYSPARK_PYTHON`` names another interpreter than the driver's.
 """
@@ -26,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from deltamv.source_runner import RUNNER
+
 log = logging.getLogger("deltamv.session")
 
 _LAUNCHER = """#!{python} -S
@@ -34,7 +38,10 @@ _LAUNCHER = """#!{python} -S
 import os, sys
 entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
 os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.realpath(e) != {zip!r})
-os.execv({python!r}, [{python!r}] + sys.argv[1:])
+args = sys.argv[1:]
+if args == ["-m", {runner!r}]:  # ended quietly when Spark hangs up (deltamv/source_runner.py)
+    args = ["-m", "deltamv.source_runner"]
+os.execv({python!r}, [{python!r}] + args)
 """
 
 
@@ -63,7 +70,7 @@ def worker_python(folder: Path | None = None) -> str | None:
         # Linux cuts a "#!" line at 127 bytes (its "-S" with it) and splits it at spaces.
         log.info("Python workers import pyspark from its zip (no #! line for %s)", sys.executable)
         return None
-    text = _LAUNCHER.format(python=sys.executable, zip=zipped)
+    text = _LAUNCHER.format(python=sys.executable, zip=zipped, runner=RUNNER)
     try:
         folder = folder or _cache()
     except RuntimeError as error:  # no home folder

@@ -7,6 +7,7 @@ each); the rest are marked slow (``make test-slow``)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -173,6 +174,29 @@ def test_a_bad_record_through_a_real_process_is_one_line(bank: Path) -> None:
     assert len(errors) == 1 and errors[0].startswith("deltamv: error: bad record at "), proc.stderr
     assert "region-2/000002.jsonl:4" in errors[0]
     assert "Traceback" not in proc.stderr and "\tat " not in proc.stderr, proc.stderr
+
+
+def test_workers_that_cannot_import_deltamv_are_one_line(bank: Path) -> None:
+    """``PYSPARK_PYTHON`` naming a Python without deltamv (the job's source runs in
+    Spark's Python workers): one line naming that interpreter, not a traceback."""
+    python = bank / "python"  # this interpreter, outside its virtual environment
+    python.symlink_to(sys.executable)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if subprocess.run([python, "-c", "import deltamv"], env=env, check=False).returncode == 0:
+        pytest.skip("deltamv is installed outside the virtual environment too")
+    proc = subprocess.run(
+        [sys.executable, "-m", "deltamv.cli", "run", str(bank / "config.toml"), "--once"],
+        capture_output=True, text=True, timeout=300, cwd=bank,
+        env=dict(env, PYSPARK_PYTHON=str(python)),
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert errors == [
+        "deltamv: error: Spark's Python workers cannot import deltamv (No module named"
+        f" 'deltamv'): they run {python}; set PYSPARK_PYTHON (or spark.pyspark.python) to"
+        " a Python that has deltamv installed"
+    ], proc.stderr
+    assert not (bank / "out").exists()
 
 
 def test_a_view_failing_on_the_data_stops_the_job_in_one_line_until_its_sql_changes(

@@ -198,7 +198,13 @@ class ViewJob:
         """Start the streaming query whose batches the job's runner processes."""
         self._unset_checkpoint_files = _local_checkpoint_files(self.spark)
         _clear_interrupted_writes(self.checkpoint / "spark")
-        reader = upstream.stream(self.spark, store)
+        try:
+            reader = upstream.stream(self.spark, store)
+        except PySparkException as exc:
+            missing = self._workers_lack_deltamv(exc)
+            if missing is None:
+                raise
+            raise missing from None
 
         def on_batch(df: DataFrame, batch_id: int) -> None:
             with opened.running() as runner:
@@ -266,7 +272,7 @@ class ViewJob:
         log.debug("the streaming query failed: %s", exc)
         if self._error is not None:
             return self._error
-        found = unwire(exc) or _storage_error(exc)
+        found = unwire(exc) or _storage_error(exc) or self._workers_lack_deltamv(exc)
         if found is not None:
             return found
         text = str(exc).strip()
@@ -277,6 +283,20 @@ class ViewJob:
                 f" commits under {self.config.checkpoint})"
             )
         return DeltaMVError(f"the streaming query failed: {text.splitlines()[0]}")
+
+    def _workers_lack_deltamv(self, exc: BaseException) -> DeltaMVError | None:
+        """The error for Spark's Python workers failing to import deltamv (the job's
+        source runs in them): the interpreter they run is not one deltamv is installed
+        in."""
+        missing = _NO_DELTAMV.search(str(exc))
+        if missing is None:
+            return None
+        python = self.spark.sparkContext.pythonExec
+        return DeltaMVError(
+            f"Spark's Python workers cannot import deltamv ({missing.group(0)}): they run"
+            f" {python}; set PYSPARK_PYTHON (or spark.pyspark.python) to a Python that"
+            " has deltamv installed"
+        )
 
 
 class _Opened:
@@ -375,6 +395,7 @@ def _clear_interrupted_writes(spark_checkpoint: Path) -> None:
                 log.info("removed %s, left by an interrupted write", entry)
 
 
+_NO_DELTAMV = re.compile(r"No module named '?deltamv[\w.]*'?")
 _JAVA_IO = re.compile(r"java\.io\.IOException: (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE)
 
 
