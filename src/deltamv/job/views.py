@@ -105,6 +105,12 @@ class ViewSet:
                 view, plan, schema, layout, "recompute", 'maintain = "recompute"', None
             )
         try:
+            if plan.tries:
+                raise Unsupported(
+                    ", ".join(f"{t}()" for t in plan.tries)
+                    + " (Spark's plan does not tell the rules where it gives NULL instead of"
+                    " failing)"
+                )
             maintainer = compile_view(view.name, plan.root, plan.output_names, self.mirrors,
                                       self._state_table)  # fmt: skip
             maintainer.root.prepare()

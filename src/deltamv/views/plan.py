@@ -14,8 +14,10 @@ and the folder's path tells which table a leaf reads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -127,6 +129,10 @@ class ViewPlan:
     text: str  # Spark's own rendering, for messages and fingerprints
     tables: frozenset[str]
     schema: StructType  # the view's columns as Spark analyses them
+    # The try_ functions the SQL calls (try_divide, try_cast, ...). The optimized plan
+    # keeps them as the arithmetic, cast or aggregate that fails, with a mode its JSON
+    # form leaves out: they are told apart only here.
+    tries: tuple[str, ...] = ()
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -134,12 +140,10 @@ class ViewPlan:
 
     @property
     def fingerprint(self) -> str:
-        import hashlib
-
         # Attribute ids change from run to run; the rendering without them does not.
-        import re
-
         stable = re.sub(r"#\d+L?", "", self.text)
+        if self.tries:  # (the rendering shows try_divide as a division, and so on)
+            stable += "\n" + " ".join(self.tries)
         return hashlib.blake2b(
             f"{MAINTENANCE_RULES}\n{stable}".encode(), digest_size=12
         ).hexdigest()
@@ -290,7 +294,14 @@ def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> View
     nodes = json.loads(jvm.toJSON())
     root, _ = _read_plan(nodes, 0, iter(tables))
     root = _attach_outputs(root, jvm)
+    analyzed = str(df._jdf.queryExecution().analyzed().toString())
+    tries = tuple(sorted({m.lower() for m in _TRY_CALL.findall(analyzed)}))
     return ViewPlan(
         name, root, str(jvm.toString()),
-        frozenset(t for t in tables if t is not None), df.schema,
+        frozenset(t for t in tables if t is not None), df.schema, tries,
     )  # fmt: skip
+
+
+# A try_ function as the analyzed plan renders its call (a string literal that looks like
+# one is taken for one too: the view is then recomputed, which is always right).
+_TRY_CALL = re.compile(r"\b(try_[a-z0-9_]+)\(", re.IGNORECASE)
