@@ -13,7 +13,7 @@ from chispa import assert_df_equality
 from pyspark.errors import PySparkException
 
 from deltamv.changelog.snapshot import read_snapshot_ts, snapshot_arrow, snapshot_tables
-from deltamv.errors import BadRecordError, DeltaMVError
+from deltamv.errors import BadRecordError, ConfigError, DeltaMVError
 from deltamv.errors import unwire as bad_record_from_exception
 from tests.helpers.changelog import TABLES
 
@@ -44,8 +44,16 @@ def test_bad_snapshot_ts(tmp_path: Path, text: str) -> None:
 
 
 def test_missing_snapshot_json(tmp_path: Path) -> None:
-    with pytest.raises(DeltaMVError, match=r"_snapshot\.json"):
+    with pytest.raises(DeltaMVError, match=r"^job\.snapshot: .* has no _snapshot\.json$"):
         read_snapshot_ts(str(tmp_path))
+
+
+def test_a_snapshot_folder_not_there_or_a_file_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^job\.snapshot: snapshot .*/gone does not exist$"):
+        read_snapshot_ts(str(tmp_path / "gone"))
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ConfigError, match=r"^job\.snapshot: snapshot .*/file is not a folder$"):
+        read_snapshot_ts(str(tmp_path / "file"))
 
 
 def test_snapshot_arrow_reads_jsonl_and_parquet_and_missing_tables_as_empty(tmp_path: Path) -> None:

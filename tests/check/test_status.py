@@ -13,7 +13,7 @@ from rich.console import Console
 from deltamv.changelog.segments import list_segments
 from deltamv.check.commands import print_slot, print_status
 from deltamv.check.invariants import check_job
-from deltamv.check.status import SlotView, job_status
+from deltamv.check.status import JobStatus, SlotView, ViewStatus, job_status
 from deltamv.cli import main
 from deltamv.config import load_config
 from deltamv.job import ViewJob
@@ -103,6 +103,18 @@ def test_status_names_the_region_holding_the_watermark(held_job: dict[str, Any])
     assert f"held back by: region {HELD} [" in text
     assert "lowest resolved ts" in text
     assert "unchanged since" in text
+
+
+def test_status_of_a_job_whose_first_batch_failed_points_at_the_run() -> None:
+    # Nothing below to see: no batch finished, so nothing holds the watermark back yet
+    # (it used to say "see what holds it back below", over nothing).
+    view = ViewStatus("v", "/out/v", 0, None, None, None, "incremental")
+    status = JobStatus("bank", "/ckpt", 0, (view,), state_found=True)
+    console = Console(record=True, width=200)
+    print_status(status, console)
+    text = console.export_text()
+    assert "no view has a version yet: no batch has finished (a run that stopped" in text
+    assert "below" not in text
 
 
 def test_status_after_the_region_catches_up(held_job: dict[str, Any]) -> None:

@@ -41,6 +41,17 @@ def test_successor_counts_only_after_parent_retired() -> None:
     assert global_watermark({1: retired, 2: left, 3: right}, 0) == 80
 
 
+def test_the_region_named_is_the_successor_waiting_not_its_parent() -> None:
+    # Neither counts: the parent has not resolved yet, its successor waits for its
+    # RETIRED. The successor holds the span (the parent used to be named, with no parent).
+    parent = RegionState(1, "", "")
+    successor = RegionState(6, "", "k", parents=(1,), resolved=90)
+    blocker = min_span({1: parent, 6: successor}, 0)
+    assert (blocker.region, blocker.reason) == (6, "successor waiting for its parent's RETIRED")
+    blocker = min_span({1: parent}, 0)
+    assert (blocker.region, blocker.reason) == (1, "no resolved ts from it yet")
+
+
 def test_merge_needs_every_parent() -> None:
     a = RegionState(1, "", "k", resolved=40, retired=True)
     b = RegionState(2, "k", "", resolved=45)

@@ -12,7 +12,7 @@ from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from deltamv.errors import BadRecordError, DeltaMVError
+from deltamv.errors import BadRecordError, ConfigError
 
 __all__ = [
     "RegionScan",
@@ -128,15 +128,19 @@ def list_region(region: int, region_dir: str) -> list[Segment]:
 def region_dirs(changelog_dir: str) -> dict[int, str]:
     """The region directories of a change log, by region id, in id order.
 
-    Raises DeltaMVError when the change-log directory does not exist, and
-    BadRecordError (naming the path) for an entry that does not fit the layout.
+    Raises ConfigError (naming ``job.changelog``) when the change-log directory does not
+    exist, and BadRecordError (naming the path) for an entry that does not fit the layout.
     """
     try:
         entries = list(os.scandir(changelog_dir))
     except FileNotFoundError:
-        raise DeltaMVError(f"change log directory {changelog_dir} does not exist") from None
+        raise ConfigError(
+            "job.changelog", f"change log directory {changelog_dir} does not exist"
+        ) from None
     except NotADirectoryError:
-        raise DeltaMVError(f"change log {changelog_dir} is not a directory") from None
+        raise ConfigError(
+            "job.changelog", f"change log {changelog_dir} is not a directory"
+        ) from None
     regions: dict[int, str] = {}
     for entry in entries:
         name = entry.name
@@ -156,7 +160,8 @@ def region_dirs(changelog_dir: str) -> dict[int, str]:
 def list_segments(changelog_dir: str) -> dict[int, list[Segment]]:
     """All visible segments of a change log, per region id, each list in ``seq`` order.
 
-    Raises DeltaMVError when the change-log directory does not exist, and
+    Raises ConfigError (naming ``job.changelog``) when the change-log directory does not
+    exist, and
     BadRecordError (naming the path) for an entry that does not fit the layout.
     """
     return {r: list_region(r, d) for r, d in region_dirs(changelog_dir).items()}

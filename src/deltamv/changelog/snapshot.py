@@ -30,7 +30,7 @@ from deltamv.changelog.format import (
     rows_to_arrow,
     table_validators,
 )
-from deltamv.errors import BadRecordError, ConfigError, DeltaMVError, wire
+from deltamv.errors import BadRecordError, ConfigError, wire
 from deltamv.schema import TableSchema
 
 __all__ = [
@@ -51,14 +51,21 @@ _INT64_MAX = 2**63 - 1
 def read_snapshot_ts(snapshot_dir: str) -> int:
     """The snapshot's ``ts`` from ``_snapshot.json``.
 
-    Raises DeltaMVError when the file is missing, BadRecordError when it is malformed.
+    Raises ConfigError (naming ``job.snapshot``) when the folder or the file is missing,
+    BadRecordError when it is malformed.
     """
     path = os.path.join(snapshot_dir, "_snapshot.json")
     try:
         with open(path, encoding="utf-8") as f:
             text = f.read()
-    except FileNotFoundError:
-        raise DeltaMVError(f"snapshot {snapshot_dir} has no _snapshot.json") from None
+    except (FileNotFoundError, NotADirectoryError):
+        if not os.path.exists(snapshot_dir):
+            raise ConfigError("job.snapshot", f"snapshot {snapshot_dir} does not exist") from None
+        if not os.path.isdir(snapshot_dir):
+            raise ConfigError("job.snapshot", f"snapshot {snapshot_dir} is not a folder") from None
+        raise ConfigError(
+            "job.snapshot", f"snapshot {snapshot_dir} has no _snapshot.json"
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise BadRecordError(path, None, f"cannot read: {e}") from None
     try:

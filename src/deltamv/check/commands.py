@@ -167,10 +167,13 @@ def print_status(status: Any, console: Console | None = None) -> None:
     last = "none yet" if status.last_batch is None else str(status.last_batch)
     out.print(f"job: {running}; {status.batches} batch(es), last batch {last}")
     if not any(v.latest_version is not None for v in status.views):
-        out.print(
-            "no view has a version yet: no region of the change log has resolved past the"
-            " job's start (see what holds it back below)"
-        )
+        if status.blocker is not None:
+            why = "no region of the change log has resolved past the job's start (see what"
+            why += " holds it back below)"
+        else:  # no batch has read the log to the end of a first one
+            why = "no batch has finished (a run that stopped on an error said why in its"
+            why += " last line; run it again to see it)"
+        out.print(f"no view has a version yet: {why}")
     if status.job_watermark:
         out.print(
             f"global watermark: {status.job_watermark} ({_when(status.job_watermark)}), "

@@ -95,12 +95,8 @@ def min_span(regions: Mapping[int, RegionState], start_ts: int) -> Blocker:
             ts, region = max((c[0], c[1]) for c in covering)
             reason = "lowest resolved ts"
         else:
-            ts, region = start_ts, _waiting_region(regions, lo, hi)
-            reason = (
-                "successor waiting for its parent's RETIRED"
-                if region is not None
-                else "no region has covered this span yet"
-            )
+            ts = start_ts
+            region, reason = _waiting_region(regions, lo, hi)
         if best is None or ts < best.watermark:
             best = Blocker(ts, lo, hi, region, reason)
     assert best is not None
@@ -129,12 +125,26 @@ def _elementary(
     return pieces
 
 
-def _waiting_region(regions: Mapping[int, RegionState], lo: str, hi: str) -> int | None:
-    """An initialized region covering [lo, hi) whose reports do not count yet, if any."""
+def _waiting_region(regions: Mapping[int, RegionState], lo: str, hi: str) -> tuple[int | None, str]:
+    """The initialized region covering [lo, hi) whose reports do not count yet, and why:
+    a successor waiting for a parent's RETIRED first (the parent, which may cover the
+    span too, is what it waits for, not what holds it), then one with no resolved ts."""
+    covering = []
     for s in sorted(regions.values(), key=lambda r: r.region):
-        if not s.initialized or s.retired:
-            continue
         s_lo, s_hi = s.start_key or "", s.end_key or ""
-        if s_lo <= lo and (s_hi == "" or (hi != "" and hi <= s_hi)):
-            return s.region
-    return None
+        if (
+            s.initialized
+            and not s.retired
+            and s_lo <= lo
+            and (s_hi == "" or (hi != "" and hi <= s_hi))
+        ):
+            covering.append(s)
+    for s in covering:
+        if any(not (regions.get(p) or RegionState(p)).retired for p in s.parents):
+            return s.region, "successor waiting for its parent's RETIRED"
+    for s in covering:
+        if s.resolved is None:
+            return s.region, "no resolved ts from it yet"
+    if covering:
+        return covering[0].region, "successor waiting for its parent's RETIRED"
+    return None, "no region has covered this span yet"
