@@ -87,6 +87,7 @@ def test_ctrl_c_while_spark_starts_then_mid_batch_then_twice(spark: Any, tmp_pat
     # A second Ctrl-C does not wait for the batch in progress: the job ends at once. (On
     # a loaded machine the stop above can come too late to cut its batch short, and the
     # batch is then done: a move more of the log gives this run a batch either way.)
+    assert harness.sim.pending
     harness.publish(moves=1)
     rc, output, tree = _signalled(
         harness, tmp_path / "twice.log", r"batch \d+ starts", [signal.SIGINT, signal.SIGINT]
