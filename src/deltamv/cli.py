@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from deltamv.check.commands import register_commands
 from deltamv.errors import DeltaMVError
+from deltamv.logs import to_stderr
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -169,12 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     # deltamv's own lines (one per batch) at INFO; everything else (py4j, Spark's
     # Python side) only from WARNING up, unless --verbose.
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
-    ours = logging.getLogger("deltamv")
-    ours.handlers[:] = [handler]
-    ours.setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    ours.propagate = False
+    to_stderr(logging.DEBUG if args.verbose else logging.INFO)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, force=True)
     if not args.verbose:
         # A failed batch reaches the user as deltamv's one line below; py4j would first

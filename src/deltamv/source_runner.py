@@ -11,14 +11,18 @@ twice) under deltamv's one error line, about nothing: nobody listens any more.
 deltamv's launcher of Spark's Python workers (:mod:`deltamv.python_worker`) runs the
 runner through :func:`main`, which runs the very same module and ends the process
 quietly when all that went wrong is the JVM's end of the socket. Any other error is
-raised as the runner raises it.
+raised as the runner raises it. The source's own lines (a connection to PostgreSQL lost
+and opened again) are logged as the driver logs deltamv's: with the time and the logger.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import runpy
 import sys
+
+from deltamv.logs import to_stderr
 
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
 
@@ -40,6 +44,7 @@ def hung_up(error: BaseException) -> bool:
 
 def main() -> None:
     sys.argv[0] = RUNNER  # as ``-m`` would set it
+    to_stderr(logging.INFO)
     try:
         runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)
     except BaseException as error:
