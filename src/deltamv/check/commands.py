@@ -168,8 +168,8 @@ def print_status(status: Any, console: Console | None = None) -> None:
     out.print(f"job: {running}; {status.batches} batch(es), last batch {last}")
     if not any(v.latest_version is not None for v in status.views):
         if status.blocker is not None:
-            why = "no region of the change log has resolved past the job's start (see what"
-            why += " holds it back below)"
+            why = "the batches read so far did not resolve past the job's start (see what"
+            why += " held the last one back below; the log may hold more than they read)"
         else:  # no batch has read the log to the end of a first one
             why = "no batch has finished (a run that stopped on an error said why in its"
             why += " last line; run it again to see it)"
