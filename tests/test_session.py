@@ -18,7 +18,7 @@ from deltamv.session import (
     _workers_python,
     delta_spark_available,
 )
-from deltamv.source_runner import RUNNER
+from deltamv.source_runner import RUNNER, hung_up
 
 
 def test_user_java_options_keep_deltamvs_logging_config() -> None:
@@ -162,6 +162,23 @@ def test_the_streaming_source_runner_ends_quietly_when_spark_hangs_up(
         assert text == "" and proc.returncode == 1, text
     else:
         assert text.count("Traceback") >= 2 and "BrokenPipeError" in text, text
+
+
+def test_only_a_closed_socket_ends_the_runner_quietly() -> None:
+    def raised(error: BaseException, during: BaseException | None) -> BaseException:
+        try:
+            try:
+                if during is not None:
+                    raise during
+            finally:
+                raise error
+        except BaseException as caught:
+            return caught
+
+    assert hung_up(raised(BrokenPipeError(), EOFError()))
+    assert hung_up(ConnectionResetError())
+    assert not hung_up(raised(BrokenPipeError(), ValueError("bad version")))
+    assert not hung_up(raised(ValueError("bad version"), None))
 
 
 def test_no_launcher_in_a_folder_others_may_write(tmp_path: Path) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import runpy
-import sys
 
+from deltamv.errors import exception_chain
 from deltamv.logs import to_stderr
 
 RUNNER = "pyspark.sql.streaming.python_streaming_source_runner"
@@ -30,20 +30,12 @@ _HUNG_UP = (EOFError, BrokenPipeError, ConnectionResetError)
 
 
 def hung_up(error: BaseException) -> bool:
-    """Whether ``error``, and every error it arose while handling, is the peer's end of
-    the socket."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if not isinstance(current, _HUNG_UP):
-            return False
-        current = current.__cause__ or current.__context__
-    return True
+    """Whether ``error``, and every error it arose from or while handling, is the peer's
+    end of the socket."""
+    return all(isinstance(e, _HUNG_UP) for e in exception_chain(error))
 
 
 def main() -> None:
-    sys.argv[0] = RUNNER  # as ``-m`` would set it
     to_stderr(logging.INFO)
     try:
         runpy.run_module(RUNNER, run_name="__main__", alter_sys=True)

@@ -115,6 +115,13 @@ def test_status_of_a_job_whose_first_batch_failed_points_at_the_run() -> None:
     text = console.export_text()
     assert "no view has a version yet: no batch has finished (a run that stopped" in text
     assert "below" not in text
+    # batches done, no hold-back recorded (a PostgreSQL job's batches record none)
+    ran = JobStatus("bank", "/ckpt", 0, (view,), state_found=True, batches=2, last_batch=1)
+    console = Console(record=True, width=200)
+    print_status(ran, console)
+    text = console.export_text()
+    assert "no view has a version yet: the batches read so far did not resolve" in text
+    assert "below" not in text
 
 
 def test_status_after_the_region_catches_up(held_job: dict[str, Any]) -> None:

@@ -113,7 +113,7 @@ def test_a_change_log_that_is_not_there_is_one_line_also_with_once(
     code, error = run_cli(tmp_path, capsys)
     assert code == 1
     assert error == (
-        f"deltamv: error: job.changelog: change log directory {tmp_path / 'changelog'} does not"
-        " exist"
+        f"deltamv: error: {tmp_path / 'config.toml'}: job.changelog: change log directory"
+        f" {tmp_path / 'changelog'} does not exist"
     )
     assert not (tmp_path / "out").exists()

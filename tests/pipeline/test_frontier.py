@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deltamv.pipeline.frontier import RegionState, global_watermark, min_span
+from deltamv.pipeline.frontier import RegionState, global_watermark, min_span, unread_ancestors
 
 
 def test_uncovered_key_space_stays_at_start_ts() -> None:
@@ -50,6 +50,16 @@ def test_the_region_named_is_the_successor_waiting_not_its_parent() -> None:
     assert (blocker.region, blocker.reason) == (6, "successor waiting for its parent's RETIRED")
     blocker = min_span({1: parent}, 0)
     assert (blocker.region, blocker.reason) == (1, "no resolved ts from it yet")
+    # A split of a split: its parent is read to its end, its grandparent is not.
+    grandparent = RegionState(1, "", "", resolved=10)
+    middle = RegionState(2, "", "", parents=(1,), resolved=20, retired=True)
+    child = RegionState(3, "", "k", parents=(2,), resolved=30)
+    regions = {2: middle, 3: child}  # the grandparent's stream not read at all yet
+    blocker = min_span(regions, 0)
+    assert (blocker.region, blocker.reason) == (3, "successor waiting for its parent's RETIRED")
+    assert unread_ancestors(regions, 3) == (1,)
+    assert unread_ancestors({1: grandparent, 2: middle, 3: child}, 3) == (1,)
+    assert unread_ancestors({1: grandparent, 2: middle, 3: child}, 2) == (1,)
 
 
 def test_merge_needs_every_parent() -> None:

@@ -171,6 +171,12 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "SELECT id, try_divide(balance, region) AS q FROM accounts",
         "try_divide() (Spark's plan does not tell",
     ),
+    "try_in_a_wide_view": (  # Spark's rendering cut the 26th expression on
+        "SELECT "
+        + ", ".join(f"id + {i} AS c{i}" for i in range(30))
+        + ", try_divide(balance, region) AS q FROM accounts",
+        "try_divide() (",
+    ),
     "try_functions": (
         "SELECT owner, try_sum(balance) AS s, MAX(TRY_CAST(owner AS INT)) AS n FROM accounts"
         " GROUP BY owner",

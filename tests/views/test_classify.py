@@ -68,6 +68,20 @@ def test_maintain_incremental_accepts_a_view_inside_the_rules(
     assert views.views["v"].describe == "incremental"
 
 
+def test_a_change_past_the_25th_column_changes_the_fingerprint(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    # Spark renders at most 25 expressions of a list by default ("... N more fields"):
+    # the view's state was kept for a changed column past those
+    columns = ", ".join(f"id + {i} AS c{i}" for i in range(30))
+    one = _viewset(spark, compute, tmp_path / "one", f"SELECT {columns}, balance FROM accounts",
+                   "auto").views["v"]  # fmt: skip
+    two = _viewset(spark, compute, tmp_path / "two", f"SELECT {columns}, region FROM accounts",
+                   "auto").views["v"]  # fmt: skip
+    assert one.plan.fingerprint != two.plan.fingerprint
+    assert "more fields" not in one.plan.text
+
+
 def test_a_new_version_of_the_maintenance_rules_rebuilds_every_view(
     spark: SparkSession, compute: Compute, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

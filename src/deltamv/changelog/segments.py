@@ -161,8 +161,7 @@ def list_segments(changelog_dir: str) -> dict[int, list[Segment]]:
     """All visible segments of a change log, per region id, each list in ``seq`` order.
 
     Raises ConfigError (naming ``job.changelog``) when the change-log directory does not
-    exist, and
-    BadRecordError (naming the path) for an entry that does not fit the layout.
+    exist, and BadRecordError (naming the path) for an entry that does not fit the layout.
     """
     return {r: list_region(r, d) for r, d in region_dirs(changelog_dir).items()}
 

@@ -167,12 +167,17 @@ def print_status(status: Any, console: Console | None = None) -> None:
     last = "none yet" if status.last_batch is None else str(status.last_batch)
     out.print(f"job: {running}; {status.batches} batch(es), last batch {last}")
     if not any(v.latest_version is not None for v in status.views):
-        if status.blocker is not None:
-            why = "the batches read so far did not resolve past the job's start (see what"
-            why += " held the last one back below; the log may hold more than they read)"
-        else:  # no batch has read the log to the end of a first one
-            why = "no batch has finished (a run that stopped on an error said why in its"
-            why += " last line; run it again to see it)"
+        if status.last_batch is None:
+            why = (
+                "no batch has finished (a run that stopped on an error said why in its last"
+                " line; run it again to see it)"
+            )
+        else:
+            why = "the batches read so far did not resolve past the job's start" + (
+                " (see what held the last one back below; the log may hold more than they read)"
+                if status.blocker is not None
+                else ""
+            )
         out.print(f"no view has a version yet: {why}")
     if status.job_watermark:
         out.print(

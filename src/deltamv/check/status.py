@@ -18,6 +18,7 @@ from pathlib import Path
 from deltamv import delta, tso
 from deltamv.config import JobConfig
 from deltamv.errors import DeltaMVError
+from deltamv.pipeline.frontier import unread_ancestors
 from deltamv.state import ReadOnlyState, open_read_only
 
 __all__ = ["BlockerStatus", "JobStatus", "SlotView", "ViewStatus", "job_status"]
@@ -48,7 +49,7 @@ class BlockerStatus:
     region: int | None  # None: nobody covers the span yet
     region_resolved: int | None  # the region's resolved ts now
     resolved_since_ms: int | None  # when the region's resolved ts last moved
-    waiting_for: tuple[int, ...]  # parents whose RETIRED a successor still waits for
+    waiting_for: tuple[int, ...]  # ancestors whose RETIRED a successor still waits for
     watermark_since_ms: int | None  # first batch that had the current watermark
 
     def describe(self) -> str:
@@ -61,7 +62,11 @@ class BlockerStatus:
             return f"span {span}: {self.reason}"
         text = f"region {self.region} {span}: {self.reason}"
         if self.waiting_for:
-            text += f" (parent {', '.join(map(str, self.waiting_for))} not yet read to its RETIRED)"
+            many = len(self.waiting_for) > 1
+            text += (
+                f" ({'regions' if many else 'region'} {', '.join(map(str, self.waiting_for))}"
+                f" not yet read to {'their' if many else 'its'} RETIRED)"
+            )
         return text
 
 
@@ -178,8 +183,7 @@ def _blocker(state: ReadOnlyState, raw: dict[str, object], since: int | None) ->
         if found is not None:
             resolved = found.resolved
             resolved_since = state.resolved_since_ms(region)
-            retired = {r for r, s in regions.items() if s.retired}
-            waiting = tuple(p for p in found.parents if p not in retired)
+            waiting = unread_ancestors(regions, region)
     return BlockerStatus(
         start_key=str(raw.get("start_key") or ""),
         end_key=str(raw.get("end_key") or ""),

@@ -34,7 +34,7 @@ from deltamv import tso
 from deltamv.compute import Compute
 from deltamv.config import JobConfig
 from deltamv.delta.table import DeltaTableHandle
-from deltamv.errors import CommitConflictError, DeltaMVError, StorageError, unwire
+from deltamv.errors import CommitConflictError, ConfigError, DeltaMVError, StorageError, unwire
 from deltamv.job.batch import BatchReport, BatchRunner
 from deltamv.job.changelog import ChangelogUpstream
 from deltamv.job.ownership import check_owners, check_tables
@@ -81,6 +81,14 @@ class ViewJob:
         committed), CommitConflictError when another writer touched a view, StorageError
         for I/O failures.
         """
+        try:
+            return self._run(once=once)
+        except ConfigError as exc:  # (a folder the config names, found missing by a reader)
+            if exc.source is not None:
+                raise
+            raise ConfigError(exc.key, exc.reason, source=self.config.origin) from None
+
+    def _run(self, *, once: bool) -> list[BatchReport]:
         self.reports = deque(maxlen=None if once else _RECENT_REPORTS)
         self.batches = 0
         upstream = self._upstream()
@@ -294,8 +302,7 @@ class ViewJob:
         python = self.spark.sparkContext.pythonExec
         return DeltaMVError(
             f"Spark's Python workers cannot import deltamv ({missing.group(0)}): they run"
-            f" {python}; set PYSPARK_PYTHON (or spark.pyspark.python) to a Python that"
-            " has deltamv installed"
+            f" {python}; set PYSPARK_PYTHON to a Python that has deltamv installed"
         )
 
 
@@ -395,7 +402,7 @@ def _clear_interrupted_writes(spark_checkpoint: Path) -> None:
                 log.info("removed %s, left by an interrupted write", entry)
 
 
-_NO_DELTAMV = re.compile(r"No module named '?deltamv[\w.]*'?")
+_NO_DELTAMV = re.compile(r"No module named 'deltamv'")
 _JAVA_IO = re.compile(r"java\.io\.IOException: (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE)
 
 

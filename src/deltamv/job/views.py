@@ -105,15 +105,7 @@ class ViewSet:
                 view, plan, schema, layout, "recompute", 'maintain = "recompute"', None
             )
         try:
-            if plan.tries:
-                raise Unsupported(
-                    ", ".join(f"{t}()" for t in plan.tries)
-                    + " (Spark's plan does not tell the rules where it gives NULL instead of"
-                    " failing)"
-                )
-            maintainer = compile_view(view.name, plan.root, plan.output_names, self.mirrors,
-                                      self._state_table)  # fmt: skip
-            maintainer.root.prepare()
+            maintainer = self._compile(view, plan)
         except Unsupported as exc:
             if view.maintain == "incremental":
                 raise ConfigError(
@@ -123,6 +115,18 @@ class ViewSet:
                 ) from None
             return MaintainedView(view, plan, schema, layout, "recompute", str(exc), None)
         return MaintainedView(view, plan, schema, layout, "incremental", "", maintainer)
+
+    def _compile(self, view: ViewConfig, plan: ViewPlan) -> ViewMaintainer:
+        """The view's maintainer, or Unsupported naming why it must be recomputed."""
+        if plan.tries:
+            raise Unsupported(
+                ", ".join(f"{t}()" for t in plan.tries)
+                + " (Spark's plan does not tell the rules where it gives NULL instead of failing)"
+            )
+        maintainer = compile_view(view.name, plan.root, plan.output_names, self.mirrors,
+                                  self._state_table)  # fmt: skip
+        maintainer.root.prepare()
+        return maintainer
 
     # -- the state of each view ---------------------------------------------------------
     def sync_state(self) -> None:

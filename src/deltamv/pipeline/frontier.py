@@ -72,6 +72,25 @@ def counting_regions(regions: Mapping[int, RegionState]) -> list[RegionState]:
     ]
 
 
+def unread_ancestors(regions: Mapping[int, RegionState], region_id: int) -> tuple[int, ...]:
+    """The ancestors of a region, of every generation, not yet read to their RETIRED
+    (those it waits for before it counts), in id order."""
+    found: set[int] = set()
+    todo = list(regions[region_id].parents) if region_id in regions else []
+    seen: set[int] = set()
+    while todo:
+        ancestor = todo.pop()
+        if ancestor in seen:
+            continue
+        seen.add(ancestor)
+        state = regions.get(ancestor)
+        if state is None or not state.retired:
+            found.add(ancestor)
+        if state is not None:
+            todo.extend(state.parents)
+    return tuple(sorted(found))
+
+
 def global_watermark(regions: Mapping[int, RegionState], start_ts: int) -> int:
     """The minimum over the key space of each point's highest counting resolved ts."""
     return min_span(regions, start_ts).watermark
@@ -140,7 +159,7 @@ def _waiting_region(regions: Mapping[int, RegionState], lo: str, hi: str) -> tup
         ):
             covering.append(s)
     for s in covering:
-        if any(not (regions.get(p) or RegionState(p)).retired for p in s.parents):
+        if unread_ancestors(regions, s.region):
             return s.region, "successor waiting for its parent's RETIRED"
     for s in covering:
         if s.resolved is None:

@@ -52,6 +52,15 @@ _EXCLUDED_RULES = ",".join(
 )
 
 
+# Settings while the plans are read: the rules above off, and plans rendered whole (Spark
+# cuts a list of more than 25 expressions to "... N more fields" in its rendering, which
+# the fingerprint and the search for try_ functions read).
+_PLANNING = {
+    "spark.sql.optimizer.excludedRules": _EXCLUDED_RULES,
+    "spark.sql.debug.maxToStringFields": "100000",
+}
+
+
 # The maintenance's own version, part of every view's fingerprint: raised with a change
 # to what the rules compute for the same plan (a fix), so that every view's state and
 # table are rebuilt once, at the next start, instead of being changed from rows the old
@@ -270,17 +279,19 @@ def plan_views(spark: SparkSession, config: JobConfig) -> dict[str, ViewPlan]:
     """
     leaves = _Leaves(spark, config)
     conf = spark.conf
-    previous = conf.get("spark.sql.optimizer.excludedRules", None)
-    conf.set("spark.sql.optimizer.excludedRules", _EXCLUDED_RULES)
+    previous = {key: conf.get(key, None) for key in _PLANNING}
+    for key, setting in _PLANNING.items():
+        conf.set(key, setting)
     try:
         return {
             name: _plan_one(spark, name, view.sql, leaves) for name, view in config.views.items()
         }
     finally:
-        if previous is None:
-            conf.unset("spark.sql.optimizer.excludedRules")
-        else:
-            conf.set("spark.sql.optimizer.excludedRules", previous)
+        for key, value in previous.items():
+            if value is None:
+                conf.unset(key)
+            else:
+                conf.set(key, value)
         for name in config.tables:
             spark.catalog.dropTempView(name)
         shutil.rmtree(leaves.root, ignore_errors=True)
