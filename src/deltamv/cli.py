@@ -176,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # A failed batch reaches the user as deltamv's one line below; py4j would first
         # log the whole traceback of the Spark callback that raised it.
         logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(_QuietPy4J())
     try:
         return int(args.func(args))
     except DeltaMVError as exc:
@@ -202,7 +204,13 @@ def _unexpected(exc: BaseException) -> int:
 
     logging.getLogger("deltamv").debug("unexpected error", exc_info=True)
     text = " ".join(str(exc).split())[:500]
-    if isinstance(exc, OSError) and exc.strerror:
+    if _jvm_gone(exc):
+        write_error_line(
+            "deltamv: error: Spark's JVM is gone (it was killed, or crashed: the system log"
+            " says whether the out-of-memory killer took it); run the job again, it resumes"
+            " where it stopped"
+        )
+    elif isinstance(exc, OSError) and exc.strerror:
         where = f" ({exc.filename})" if exc.filename else ""
         write_error_line(f"deltamv: error: storage failed{where}: {exc.strerror}")
     elif isinstance(exc, MemoryError):
@@ -215,6 +223,23 @@ def _unexpected(exc: BaseException) -> int:
             " report it)"
         )
     return 1
+
+
+def _jvm_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from py4j losing its connection to Spark's JVM."""
+    from py4j.protocol import Py4JNetworkError
+
+    from deltamv.errors import exception_chain
+
+    return any(isinstance(e, Py4JNetworkError) for e in exception_chain(exc))
+
+
+class _QuietPy4J(logging.Filter):
+    """Drops py4j's own report of a call the JVM did not answer (logged on the root
+    logger, with the trace): deltamv's one line says the JVM is gone (-v keeps it)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Exception while sending command")
 
 
 if __name__ == "__main__":

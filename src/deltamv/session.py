@@ -108,6 +108,7 @@ def build_spark(
             ) from None
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         _quiet_submitted_jvm()
+    _quiet_accumulator_server(spark)
     log.info(
         "Spark %s, master %s, delta-spark %s",
         spark.version, spark.sparkContext.master, "on" if delta_spark.available(spark) else "off",
@@ -117,6 +118,22 @@ def build_spark(
 
     register(spark)
     return spark
+
+
+def _quiet_accumulator_server(spark: SparkSession) -> None:
+    """PySpark's accumulator server (a socket the JVM writes to) prints a traceback when
+    the JVM goes away mid-message (killed, or crashed): the job's one line says the JVM
+    is gone. Other errors there are printed as before."""
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+    plain = server.handle_error
+
+    def handle_error(request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], EOFError):  # (called while handling it)
+            plain(request, client_address)
+
+    server.handle_error = handle_error
 
 
 def _workers_python(master: str | None, given: str | None) -> str | None:

@@ -169,6 +169,37 @@ def test_a_second_signal_ends_a_start_that_hangs(tmp_path: Path) -> None:
     assert "Traceback" not in output, output[-3000:]
 
 
+def test_a_jvm_killed_mid_batch_is_one_line_and_the_next_run_resumes(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark's JVM killed (the out-of-memory killer's way) while a batch runs: one line
+    saying so, exit 1, no traces (it read "storage failed: Connection refused", under
+    py4j's and the accumulator server's tracebacks); the next run replays the batch."""
+    harness = _harness(tmp_path)
+    proc, log_path = _launch(harness, tmp_path / "jvm.log")
+    try:
+        _wait_for(proc, log_path, r"batch \d+ starts")
+        [java] = [
+            pid for pid, _ in _tree(proc.pid) if b"java" in Path(f"/proc/{pid}/comm").read_bytes()
+        ]
+        os.kill(java, signal.SIGKILL)
+        rc = proc.wait(timeout=120)
+    finally:
+        _kill_group(proc.pid)
+    output = log_path.read_text(errors="replace")
+    assert rc == 1, output[-3000:]
+    assert "Traceback" not in output and "\tat " not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "error" in line.lower()]
+    assert errors == [
+        "deltamv: error: Spark's JVM is gone (it was killed, or crashed: the system log says"
+        " whether the out-of-memory killer took it); run the job again, it resumes where it"
+        " stopped"
+    ], output[-3000:]
+    harness.sim.publish(len(harness.sim.pending))
+    harness.round([])
+    assert harness.check(spark).versions >= len(harness.sim.config.views)
+
+
 def _harness(tmp_path: Path) -> KillHarness:
     harness = KillHarness.create(
         tmp_path, seed=3, txns=120, segment_events=60, segments_per_batch=1000

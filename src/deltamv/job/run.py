@@ -410,7 +410,8 @@ def _storage_error(exc: BaseException) -> StorageError | None:
     from deltamv.errors import exception_chain
 
     for e in exception_chain(exc):
-        if isinstance(e, OSError) and e.strerror:
+        # (a connection refused or reset is py4j's to the JVM, which is gone: not storage)
+        if isinstance(e, OSError) and e.strerror and not isinstance(e, ConnectionError):
             where = f" ({e.filename})" if e.filename else ""
             return StorageError(f"storage failed{where}: {e.strerror}")
     return None
