@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import venv
 from pathlib import Path
 from typing import Any
 
@@ -179,11 +180,12 @@ def test_a_bad_record_through_a_real_process_is_one_line(bank: Path) -> None:
 def test_workers_that_cannot_import_deltamv_are_one_line(bank: Path) -> None:
     """``PYSPARK_PYTHON`` naming a Python without deltamv (the job's source runs in
     Spark's Python workers): one line naming that interpreter, not a traceback."""
-    python = bank / "python"  # this interpreter, outside its virtual environment
-    python.symlink_to(sys.executable)
+    # A virtual environment of its own holds no package; without PYTHONPATH it cannot
+    # import deltamv (Spark gives its workers pyspark's own path)
+    venv.create(bank / "bare", with_pip=False)
+    python = bank / "bare" / "bin" / "python"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if subprocess.run([python, "-c", "import deltamv"], env=env, check=False).returncode == 0:
-        pytest.skip("deltamv is installed outside the virtual environment too")
+    assert subprocess.run([python, "-c", "import deltamv"], env=env, check=False).returncode
     proc = subprocess.run(
         [sys.executable, "-m", "deltamv.cli", "run", str(bank / "config.toml"), "--once"],
         capture_output=True, text=True, timeout=300, cwd=bank,
