@@ -53,6 +53,14 @@ SHAPES: dict[str, str] = {
     " GROUP BY region",
     "minmax_having": "SELECT owner, MAX(balance) AS mx FROM accounts GROUP BY owner"
     " HAVING MAX(balance) > 10",
+    # MIN/MAX kept per group (no floating-point argument), beside exact sums; a FILTER;
+    # the current extreme removed with and without a tie, and the group read again
+    "minmax_kept": "SELECT region, MIN(opened) AS o, MAX(seen) AS s, MIN(owner) AS w,"
+    " MAX(credit) AS c, MIN(active) AS a, SUM(balance) AS sb, AVG(credit) AS ac,"
+    " COUNT(*) AS n FROM accounts GROUP BY region",
+    "minmax_filter": "SELECT owner, MIN(balance) FILTER (WHERE active) AS mn,"
+    " MAX(balance) FILTER (WHERE region > 1) AS mx, MAX(balance - 1) AS m1,"
+    " COUNT(balance) AS nb FROM accounts GROUP BY owner",
     # a floating-point group key: -0.0 groups with 0.0, NaN with NaN (as Spark groups)
     "by_rate": "SELECT rate, COUNT(*) AS n, SUM(balance) AS s, MAX(owner) AS mx,"
     " COUNT(DISTINCT region) AS dr FROM accounts GROUP BY rate",

@@ -110,3 +110,36 @@ def test_a_new_version_of_the_maintenance_rules_rebuilds_every_view(
         assert not store.views()["v"].ready  # rebuilt at the next batch
     finally:
         store.close()
+
+
+def test_views_keeping_min_max_are_rebuilt_once_from_state_that_did_not_keep_them(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    """MIN/MAX over exact types keep their values in the aggregate's state; a job's state
+    from before they did has none (it recorded the plan's fingerprint alone). Such a view
+    is rebuilt once; a view of sums keeps its state."""
+    from deltamv.state.store import ViewRecord
+
+    sqls = {"sums": SHAPES["by_owner"], "extremes": SHAPES["minmax"],
+            "floats": "SELECT owner, MIN(rate) AS r FROM accounts GROUP BY owner"}  # fmt: skip
+    config = job_config(TABLES, sqls, tmp_path)
+    store = StateStore(tmp_path / "state.db", job=config.name, start_ts=0)
+    try:
+        mirrors = {
+            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
+            for name, t in config.tables.items()
+        }
+        views = ViewSet(spark, config, store, compute, mirrors)
+        with store.transaction():
+            for name, view in views.views.items():  # as the job recorded them before
+                store.set_view(ViewRecord(name, view.mode, "", view.plan.fingerprint, True))
+            views.sync_state()
+        ready = {name: record.ready for name, record in store.views().items()}
+        # (MIN of a double is recomputed per touched group, as before: no state to build)
+        assert ready == {"sums": True, "extremes": False, "floats": True}
+        with store.transaction():
+            views.build(["extremes"], tmp_path / "scratch")
+            views.sync_state()
+        assert store.views()["extremes"].ready  # built: kept from now on
+    finally:
+        store.close()

@@ -11,6 +11,7 @@ last run has its state rebuilt from the mirrors and its table rewritten in full.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import re
@@ -64,6 +65,18 @@ class MaintainedView:
     @property
     def tables(self) -> frozenset[str]:
         return self.plan.tables
+
+    @property
+    def fingerprint(self) -> str:
+        """What the view's state was built for: its plan (and the rules' version), and
+        which of its aggregates keep MIN/MAX values in their state. (They recomputed
+        every group a batch touched before they did: a view with such an aggregate,
+        and only such a view, is rebuilt once by a job that upgrades past that.)"""
+        kept = self.maintainer.kept_extremes() if self.maintainer is not None else ""
+        if not kept:
+            return self.plan.fingerprint
+        return hashlib.blake2b(f"{self.plan.fingerprint}\n{kept}".encode(),
+                               digest_size=12).hexdigest()  # fmt: skip
 
     @property
     def describe(self) -> str:
@@ -135,7 +148,7 @@ class ViewSet:
         known = self.store.views()
         for name, view in self.views.items():
             record = known.get(name)
-            fingerprint = view.plan.fingerprint
+            fingerprint = view.fingerprint
             if (
                 record is not None
                 and record.fingerprint == fingerprint
@@ -215,9 +228,7 @@ class ViewSet:
                                 op.build(self.compute, op.child.full_sql(files.base), {})
         for name in names:
             view = self.views[name]
-            self.store.set_view(
-                ViewRecord(name, view.mode, view.reason, view.plan.fingerprint, True)
-            )
+            self.store.set_view(ViewRecord(name, view.mode, view.reason, view.fingerprint, True))
 
     def over_empty(self, name: str, scratch: Path, *, like: pa.Table | None) -> pa.Table:
         """An incremental view's rows over empty tables (say a global aggregate's one

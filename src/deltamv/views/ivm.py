@@ -19,10 +19,12 @@ The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` it
 - an aggregate of COUNT, SUM and AVG over exact numbers keeps per group the row count and
   exact sums (state in SQLite), so a group whose last row leaves disappears (its count,
   not its sum, is zero), a SUM over only NULLs stays NULL, and a global aggregate keeps
-  its one row over empty input;
-- any other aggregate (MIN, MAX, COUNT(DISTINCT), HAVING over them, floating-point
-  sums) is recomputed for the groups the batch touched, from the input rows of those
-  groups (looked up by the group key);
+  its one row over empty input; a grouped one may add MIN and MAX of types other than
+  floating point, kept as each group's current value, and recomputed from the group's
+  input rows only where a batch removed a value reaching it;
+- any other aggregate (COUNT(DISTINCT), MIN or MAX of floating-point values,
+  floating-point sums) is recomputed for the groups the batch touched, from the input
+  rows of those groups (looked up by the group key);
 - anything else is not maintained here: :class:`~deltamv.views.expr.Unsupported` names
   the reason and the view is recomputed by Spark.
 
@@ -60,6 +62,7 @@ from deltamv.views.plan import Attr, Expr, Node, short_class
 __all__ = ["Batch", "Op", "ViewMaintainer", "W", "arrow_type", "compile_view", "consolidate"]
 
 W = "__w"
+_STALE = "__stale"  # a group whose MIN or MAX the batch removed
 
 
 # -- types and Z-set helpers ------------------------------------------------------------
@@ -763,6 +766,22 @@ class AggCall:
             return t in ("long", "integer", "short", "byte") or decimal_of(t) is not None
         return False
 
+    @property
+    def extreme(self) -> bool:
+        """MIN or MAX kept per group as its current value, over a type whose equal values
+        are identical (not floating point: 0.0 = -0.0, and which one Spark's MIN gives
+        depends on row order)."""
+        if self.function not in ("Min", "Max"):
+            return False
+        t = result_type(self.args[0])
+        return t in _EXACT_ORDER or decimal_of(t) is not None
+
+
+# Types whose values are equal only when identical, and ordered alike by Spark and
+# DuckDB (strings by their UTF-8 bytes; a collated string has another type name).
+_EXACT_ORDER = frozenset(("long", "integer", "short", "byte", "string", "date", "timestamp",
+                          "timestamp_ntz", "boolean"))  # fmt: skip
+
 
 def _agg_calls(items: Sequence[tuple[Attr, Expr]]) -> list[AggCall]:
     calls: dict[int, AggCall] = {}
@@ -862,7 +881,10 @@ class AggregateOp(Op):
             Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
         ]
         self.group_sql = [sql(g, _col) for g in self.groups]
-        self.linear = all(c.linear for c in self.calls)
+        # Kept state per group (the exact sums, each MIN/MAX's current value), or else
+        # every touched group recomputed from its input rows.
+        self.kept = all(c.linear or c.extreme for c in self.calls)
+        self.extremes = [(i, c) for i, c in enumerate(self.calls) if c.extreme]
         # The child attributes behind each group expression (for lookups by group).
         self.group_refs = [_key_attr(g, child.output) for g in self.groups]
         # Output attributes that are a group expression: output attr id -> group index.
@@ -872,7 +894,7 @@ class AggregateOp(Op):
             for i, g in enumerate(self.groups):
                 if inner == g:
                     self.out_group[attr.id] = i
-        if not self.linear:
+        if not self.kept or self.extremes:  # (a group whose MIN leaves is recomputed)
             if self.groups and (any(r is None for r in self.group_refs)
                                 or not child.can_lookup(self.group_refs)):  # type: ignore[arg-type]  # fmt: skip
                 raise Unsupported("an aggregate whose groups cannot be looked up in its input")
@@ -881,17 +903,20 @@ class AggregateOp(Op):
                     "a global aggregate other than COUNT, SUM and AVG of exact numbers"
                 )
         self.state: KeyedTable | None = None
-        if self.linear:
+        if self.kept:
             fields = [
                 pa.field(f"g{i}", arrow_type(a.dtype)) for i, a in enumerate(self.group_attrs)
             ]
             fields.append(pa.field("n", pa.int64()))
             for i, call in enumerate(self.calls):
-                if call.function != "Count":
+                if call.extreme:
+                    fields.append(pa.field(f"m{i}", arrow_type(call.dtype)))
+                elif call.function != "Count":
                     fields.append(pa.field(f"s{i}", pa.decimal128(38, self._sum_scale(call))))
                 fields.append(pa.field(f"n{i}", pa.int64()))
             self.state_schema = pa.schema(fields)
-            self.value_cols = [f.name for f in fields[len(self.groups) :]]  # n, s<i>, n<i>
+            # the columns a batch adds its change to: n, s<i>, n<i> (not m<i>)
+            self.sum_cols = [f.name for f in fields[len(self.groups) :] if f.name[0] != "m"]
             index = [[f"g{i}" for i in range(len(self.groups))]] if self.groups else []
             self.state = state(name, self.state_schema, index)
         self.items_sql = {
@@ -916,10 +941,13 @@ class AggregateOp(Op):
 
     # -- shared: finishing state rows into output rows ---------------------------------
     def _values(self, states: pa.Table) -> pa.Table:
-        """Per state row of the linear strategy: its groups (``g<i>``) and the value of
-        each aggregate call (``v<result id>``), as Spark computes it."""
+        """Per state row of kept state: its groups (``g<i>``) and the value of each
+        aggregate call (``v<result id>``), as Spark computes it."""
         cols = {f"g{i}": states.column(f"g{i}") for i in range(len(self.groups))}
         for i, call in enumerate(self.calls):
+            if call.extreme:  # NULL where no value is left (kept so by the merge)
+                cols[f"v{call.result_id}"] = states.column(f"m{i}")
+                continue
             n = states.column(f"n{i}")
             cols[f"v{call.result_id}"] = _final_value(call, None if call.function == "Count" else
                                                       states.column(f"s{i}"), n)  # fmt: skip
@@ -932,7 +960,7 @@ class AggregateOp(Op):
         )
 
     def _finalize(self, b: Batch, states: pa.Table, weight: int) -> pa.Table:
-        """Output rows (with ``weight``) for state rows of the linear strategy."""
+        """Output rows (with ``weight``) for rows of kept state."""
         if states.num_rows == 0:
             return empty(self.output)
         out = b.compute.query(f'SELECT {self._select()}, CAST({weight} AS BIGINT) AS "{W}" FROM t',
@@ -940,8 +968,8 @@ class AggregateOp(Op):
         return conform(out, self.output)
 
     def _output_change(self, b: Batch, old: pa.Table, new: pa.Table) -> pa.Table | None:
-        """The output's change from the ``old`` to the ``new`` state rows (the linear
-        strategy), consolidated: one query finishes both and cancels the rows that stay."""
+        """The output's change from the ``old`` to the ``new`` rows of kept state,
+        consolidated: one query finishes both and cancels the rows that stay."""
         states = pa.concat_tables([old.cast(new.schema), new])
         if states.num_rows == 0:
             return None
@@ -953,14 +981,18 @@ class AggregateOp(Op):
     def _zero_state(self) -> pa.Table:
         row: dict[str, Any] = {"n": [0]}
         for i, call in enumerate(self.calls):
-            if call.function != "Count":
+            if call.extreme:
+                row[f"m{i}"] = [None]
+            elif call.function != "Count":
                 row[f"s{i}"] = [decimal.Decimal(0)]
             row[f"n{i}"] = [0]
         return pa.table(row).cast(self.state_schema)
 
-    # -- the linear strategy ------------------------------------------------------------
+    # -- kept state ---------------------------------------------------------------------
     def _group_sums_sql(self, source: str) -> str:
-        """SQL of the per-group change of the row count and of each sum, over ``source``."""
+        """SQL of the per-group change of the row count and of each sum, over ``source``;
+        for each MIN/MAX, the extreme of the values added (``a<i>``) and removed
+        (``d<i>``)."""
         groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{i}"'
                   for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
         sums = [f'CAST(sum("{W}") AS BIGINT) AS "n"']
@@ -969,7 +1001,11 @@ class AggregateOp(Op):
             present = " AND ".join(f"({a}) IS NOT NULL" for a in args) or "TRUE"
             sums.append(f'CAST(coalesce(sum(CASE WHEN {present} THEN "{W}" END), 0) AS BIGINT)'
                         f' AS "n{i}"')  # fmt: skip
-            if call.function != "Count":
+            if call.extreme:
+                fn = call.function.lower()
+                sums.append(f'{fn}(CASE WHEN "{W}" > 0 THEN {args[0]} END) AS "a{i}"')
+                sums.append(f'{fn}(CASE WHEN "{W}" < 0 THEN {args[0]} END) AS "d{i}"')
+            elif call.function != "Count":
                 scale = self._sum_scale(call)
                 sums.append(
                     f"CAST(coalesce(sum(CAST({args[0]} AS DECIMAL(38,{scale}))"
@@ -985,7 +1021,8 @@ class AggregateOp(Op):
         out = b.compute.query(self._group_sums_sql(relation), d=rows)
         out = normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
         moved = [pc.not_equal(out.column(c), pa.scalar(0, out.schema.field(c).type))
-                 for c in self.value_cols]  # fmt: skip
+                 for c in self.sum_cols]  # fmt: skip
+        moved += [pc.is_valid(out.column(f"{x}{i}")) for i, _ in self.extremes for x in "ad"]
         return out.filter(functools.reduce(pc.or_, moved))  # n is always there
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
@@ -1007,19 +1044,59 @@ class AggregateOp(Op):
         names = [f"g{i}" for i in range(len(self.groups))]
         on = " AND ".join(f'o."{g}" IS NOT DISTINCT FROM c."{g}"' for g in names) or "TRUE"
         keys = ", ".join(f'coalesce(c."{g}", o."{g}") AS "{g}"' for g in names)
-        vals = ", ".join(
-            f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in self.value_cols
-        )
+        vals = [f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in self.sum_cols]
+        stale = []
+        for i, call in self.extremes:
+            # The extreme stays unless a removed value reaches it (equal values may all
+            # be gone): then the group is read again (:meth:`_refresh`). A value removed
+            # from a group that had none cancels one added in the same change (a join's
+            # change holds such pairs), which may then be the extreme added: read again.
+            cmp, pick = ("<=", "least") if call.function == "Min" else (">=", "greatest")
+            left = f'coalesce(o."n{i}", 0) + coalesce(c."n{i}", 0) > 0'
+            reached = f'coalesce(c."d{i}" {cmp} o."m{i}", c."d{i}" IS NOT NULL)'
+            stale.append(f"({left} AND {reached})")
+            vals.append(f'CASE WHEN {left} AND NOT {reached}'
+                        f' THEN {pick}(o."m{i}", c."a{i}") END AS "m{i}"')  # fmt: skip
+        if stale:
+            vals.append(f'{" OR ".join(stale)} AS "{_STALE}"')
         head = f"{keys}, " if keys else ""
         merged = b.compute.query(
-            f'SELECT {head}{vals}, o."{ROWID}" AS "{ROWID}" FROM c FULL JOIN o ON {on}',
+            f'SELECT {head}{", ".join(vals)}, o."{ROWID}" AS "{ROWID}" FROM c FULL JOIN o ON {on}',
             c=change,
             o=old,
         )
-        return merged.select([*self.state_schema.names, ROWID]).cast(
+        states = merged.select([*self.state_schema.names, ROWID]).cast(
             pa.schema([*self.state_schema, pa.field(ROWID, pa.int64())]))  # fmt: skip
+        return self._refresh(b, states, merged.column(_STALE)) if stale else states
 
-    def _linear_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
+    def _refresh(self, b: Batch, states: pa.Table, stale: pa.ChunkedArray) -> pa.Table:
+        """``states`` with each MIN/MAX of its ``stale`` groups (a batch removed their
+        extreme) taken again from those groups' input rows after the batch."""
+        if not pc.any(stale).as_py():
+            return states
+        refs = [r for r in self.group_refs if r is not None]
+        names = [f"g{i}" for i in range(len(self.groups))]
+        keys = states.filter(stale).select(names).rename_columns([r.col for r in refs])
+        rows = self.child.lookup(b, refs, keys, new=True, null_safe=[True] * len(refs))
+        groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{i}"'
+                  for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
+        values = [f'{c.function.lower()}({_filtered(c, sql(c.args[0], _col))}) AS "m{i}"'
+                  for i, c in self.extremes]  # fmt: skip
+        by = ", ".join(str(i + 1) for i in range(len(groups)))
+        fresh = b.compute.query(f"SELECT {', '.join([*groups, *values])} FROM d GROUP BY {by}",
+                                d=rows)  # fmt: skip
+        fresh = normalise_floats(fresh, names)
+        on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM f."{g}"' for g in names)
+        patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN f."m{i}" ELSE s."m{i}" END AS "m{i}"'
+                            for i, _ in self.extremes)  # fmt: skip
+        out = b.compute.query(
+            f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN f ON {on}",
+            s=states.append_column(_STALE, stale),
+            f=fresh,
+        )
+        return out.select(states.column_names).cast(states.schema)
+
+    def _kept_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
         change = self._group_sums(b, rows, relation)
         if change.num_rows == 0:  # e.g. a filter below kept none of the changed rows
             return None
@@ -1057,6 +1134,8 @@ class AggregateOp(Op):
             sums = sums.filter(pc.greater(sums.column("n"), 0))
         elif sums.num_rows == 0:
             return
+        for i, _ in self.extremes:  # every row is added: the extreme added is the extreme
+            sums = sums.append_column(f"m{i}", sums.column(f"a{i}"))
         self.state.insert(sums.select(self.state_schema.names).cast(self.state_schema))
 
     # -- the recompute-touched-groups strategy -------------------------------------------
@@ -1097,8 +1176,8 @@ class AggregateOp(Op):
             rows, relation = self.child.stream(b)
             if rows is None or rows.num_rows == 0:
                 b.cache[key] = None
-            elif self.linear:
-                b.cache[key] = self._linear_delta(b, rows, relation)
+            elif self.kept:
+                b.cache[key] = self._kept_delta(b, rows, relation)
             else:
                 b.cache[key] = self._recompute_delta(b, rows, relation)
         return b.cache[key]
@@ -1117,7 +1196,7 @@ class AggregateOp(Op):
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         if not attrs or not all(a.id in self.out_group for a in attrs):
             return False
-        if self.linear:
+        if self.kept:
             if self.state is not None:
                 self.state.ensure_index([f"g{self.out_group[a.id]}" for a in attrs])
             return True
@@ -1127,7 +1206,7 @@ class AggregateOp(Op):
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
         names = [f"g{self.out_group[a.id]}" for a in attrs]
-        if not self.linear:
+        if not self.kept:
             refs = [r for a in attrs if (r := self.group_refs[self.out_group[a.id]]) is not None]
             rows = self.child.lookup(b, refs, keys.rename_columns([r.col for r in refs]),
                                      new=new, null_safe=[True] * len(refs))  # fmt: skip
@@ -1324,6 +1403,11 @@ class ViewMaintainer:
 
         walk(self.root)
         return found
+
+    def kept_extremes(self) -> str:
+        """The aggregates keeping MIN/MAX values in their state (their names), or ""."""
+        return " ".join(op.name for op in self.ops()
+                        if isinstance(op, AggregateOp) and op.kept and op.extremes)  # fmt: skip
 
     def delta(self, b: Batch) -> pa.Table | None:
         """The view's change in this batch: its columns by name, plus ``__w``."""
