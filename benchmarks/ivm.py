@@ -11,8 +11,8 @@ commit; the first micro-batch reads only the regions' headers), the run's start
 
 Shapes: global aggregate (``total_balance``), grouped aggregate (``balance_by_owner``,
 1000 owners), join (``transfer_owner``: each transfer with its sender's owner), an
-aggregate over the join (``moved_by_owner``), and MIN/MAX per owner
-(``extremes_by_owner``).
+aggregate over the join (``moved_by_owner``), MIN/MAX per owner (``extremes_by_owner``)
+and COUNT(DISTINCT) per owner (``distinct_by_owner``).
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ EXTRA_VIEWS = {
         "SELECT owner, MIN(balance) AS low, MAX(balance) AS high, COUNT(*) AS accounts"
         " FROM accounts GROUP BY owner"
     ),
+    "distinct_by_owner": (
+        "SELECT owner, COUNT(DISTINCT balance) AS balances FROM accounts GROUP BY owner"
+    ),
 }
 SHAPES = {
     "global aggregate": "total_balance",
@@ -39,6 +42,7 @@ SHAPES = {
     "join": "transfer_owner",
     "aggregate over join": "moved_by_owner",
     "MIN/MAX per group": "extremes_by_owner",
+    "COUNT(DISTINCT) per group": "distinct_by_owner",
 }
 ALL_VIEWS = {**BANK_VIEWS, **JOIN_VIEWS}
 

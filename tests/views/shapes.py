@@ -68,6 +68,15 @@ SHAPES: dict[str, str] = {
     "count_distinct": "SELECT owner, COUNT(DISTINCT balance) AS d FROM accounts GROUP BY owner",
     "multi_distinct": "SELECT owner, COUNT(DISTINCT balance) AS db, COUNT(DISTINCT region)"
     " AS dr, COUNT(*) AS n, SUM(balance) AS s FROM accounts GROUP BY owner",
+    # COUNT(DISTINCT) kept per group beside MIN and sums: a value's last row leaving, a
+    # value coming back, NULLs not counted; strings, decimals, dates; global (one row
+    # over empty input); over a join; a value held by rows of two groups
+    "distinct_kept": "SELECT region, COUNT(DISTINCT owner) AS dw, MIN(credit) AS mc,"
+    " SUM(balance) AS s, COUNT(*) AS n FROM accounts GROUP BY region",
+    "distinct_global": "SELECT COUNT(DISTINCT credit) AS dc, COUNT(*) AS n,"
+    " SUM(balance) AS s FROM accounts",
+    "distinct_join": "SELECT a.owner, COUNT(DISTINCT t.day) AS days, COUNT(*) AS c"
+    " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
     # projections and filters: CASE, COALESCE, arithmetic, types
     "project": "SELECT id * 2 AS x, CASE WHEN balance > 50 THEN 'hi' ELSE owner END AS y,"
     " balance % 7 AS z, COALESCE(balance, -1) + region AS w, credit * 2 AS c2,"

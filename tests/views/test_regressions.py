@@ -132,6 +132,41 @@ def test_a_change_the_filter_below_an_aggregate_drops_leaves_its_state_untouched
         run.close()
 
 
+def test_a_kept_min_reads_its_group_only_when_no_row_holds_it_any_more(
+    spark: SparkSession, planned: Planned, compute: Compute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # MIN/MAX keep each group's extreme and how many rows hold it: a batch that leaves a
+    # row holding it (a tie) reads nothing; one that takes the last one away reads the
+    # group's rows (every touched group was read whole at every batch before).
+    views = ["minmax"]
+    run = Run(planned, views, compute)
+    (op,) = [o for o in run.views["minmax"].ops() if isinstance(o, AggregateOp)]
+    reads: list[int] = []
+    real = op.child.lookup
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        rows = real(*args, **kwargs)
+        reads.append(rows.num_rows)
+        return rows
+
+    monkeypatch.setattr(op.child, "lookup", spy)
+    try:
+        run.load({"accounts": [_account(1, owner="a", balance=0), _account(2, owner="a", balance=0),
+                               _account(3, owner="a", balance=5), _account(4, owner="b", balance=9)],
+                  "transfers": []})  # fmt: skip
+        run.step([("accounts", 1, _account(1, owner="a", balance=3))])  # a tie at 0 is left
+        run.step([("accounts", 4, _account(4, owner="b", balance=1)),  # new MIN, MAX gone
+                  ("accounts", 5, _account(5, owner="b", balance=2))])  # fmt: skip
+        assert run.outputs["minmax"] == Counter({("a", 0, 5): 1, ("b", 1, 2): 1})
+        assert reads == [2]  # group b's MAX: its two rows read, once
+        run.step([("accounts", 2, None)])  # the last 0 of group a leaves: a is read
+        assert run.outputs["minmax"] == Counter({("a", 3, 5): 1, ("b", 1, 2): 1})
+        assert reads == [2, 2]
+        assert spark_check(spark, run, SHAPES) == len(views) * 4
+    finally:
+        run.close()
+
+
 # Found by an outside check of expression semantics (incremental against Spark).
 GUARDED = {
     # AND / OR outside a filter: Spark evaluates the right side only where the left side

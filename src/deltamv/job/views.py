@@ -69,10 +69,11 @@ class MaintainedView:
     @property
     def fingerprint(self) -> str:
         """What the view's state was built for: its plan (and the rules' version), and
-        which of its aggregates keep MIN/MAX values in their state. (They recomputed
-        every group a batch touched before they did: a view with such an aggregate,
-        and only such a view, is rebuilt once by a job that upgrades past that.)"""
-        kept = self.maintainer.kept_extremes() if self.maintainer is not None else ""
+        which of its aggregates keep MIN/MAX values or COUNT(DISTINCT)'s values in
+        their state. (They recomputed every group a batch touched before they did: a
+        view with such an aggregate, and only such a view, is rebuilt once by a job that
+        upgrades past that.)"""
+        kept = self.maintainer.kept_values() if self.maintainer is not None else ""
         if not kept:
             return self.plan.fingerprint
         return hashlib.blake2b(f"{self.plan.fingerprint}\n{kept}".encode(),

@@ -771,10 +771,19 @@ class AggCall:
         """MIN or MAX kept per group as its current value, over a type whose equal values
         are identical (not floating point: 0.0 = -0.0, and which one Spark's MIN gives
         depends on row order)."""
-        if self.function not in ("Min", "Max"):
-            return False
-        t = result_type(self.args[0])
-        return t in _EXACT_ORDER or decimal_of(t) is not None
+        return self.function in ("Min", "Max") and _exact(self.args[0])
+
+    @property
+    def distinct_count(self) -> bool:
+        """COUNT(DISTINCT x) of one argument of a type whose equal values are identical:
+        kept per group as the count of rows holding each value."""
+        return (self.function == "Count" and self.distinct and len(self.args) == 1
+                and _exact(self.args[0]))  # fmt: skip
+
+
+def _exact(arg: Expr) -> bool:
+    t = result_type(arg)
+    return t in _EXACT_ORDER or decimal_of(t) is not None
 
 
 # Types whose values are equal only when identical, and ordered alike by Spark and
@@ -883,8 +892,9 @@ class AggregateOp(Op):
         self.group_sql = [sql(g, _col) for g in self.groups]
         # Kept state per group (the exact sums, each MIN/MAX's current value), or else
         # every touched group recomputed from its input rows.
-        self.kept = all(c.linear or c.extreme for c in self.calls)
+        self.kept = all(c.linear or c.extreme or c.distinct_count for c in self.calls)
         self.extremes = [(i, c) for i, c in enumerate(self.calls) if c.extreme]
+        self.distincts = [(i, c) for i, c in enumerate(self.calls) if c.distinct_count]
         # The child attributes behind each group expression (for lookups by group).
         self.group_refs = [_key_attr(g, child.output) for g in self.groups]
         # Output attributes that are a group expression: output attr id -> group index.
@@ -900,7 +910,7 @@ class AggregateOp(Op):
                 raise Unsupported("an aggregate whose groups cannot be looked up in its input")
             if not self.groups:
                 raise Unsupported(
-                    "a global aggregate other than COUNT, SUM and AVG of exact numbers"
+                    "a global aggregate other than COUNT, COUNT(DISTINCT), SUM and AVG of exact values"
                 )
         self.state: KeyedTable | None = None
         if self.kept:
@@ -908,17 +918,28 @@ class AggregateOp(Op):
                 pa.field(f"g{i}", arrow_type(a.dtype)) for i, a in enumerate(self.group_attrs)
             ]
             fields.append(pa.field("n", pa.int64()))
+            # the columns a batch adds its change to: n, s<i>, n<i>
+            self.sum_cols = ["n"]
             for i, call in enumerate(self.calls):
-                if call.extreme:
+                if call.extreme:  # the extreme and how many rows hold it
                     fields.append(pa.field(f"m{i}", arrow_type(call.dtype)))
+                    fields.append(pa.field(f"k{i}", pa.int64()))
                 elif call.function != "Count":
                     fields.append(pa.field(f"s{i}", pa.decimal128(38, self._sum_scale(call))))
+                    self.sum_cols.append(f"s{i}")
                 fields.append(pa.field(f"n{i}", pa.int64()))
+                self.sum_cols.append(f"n{i}")
             self.state_schema = pa.schema(fields)
-            # the columns a batch adds its change to: n, s<i>, n<i> (not m<i>)
-            self.sum_cols = [f.name for f in fields[len(self.groups) :] if f.name[0] != "m"]
             index = [[f"g{i}" for i in range(len(self.groups))]] if self.groups else []
             self.state = state(name, self.state_schema, index)
+            # Per COUNT(DISTINCT): how many input rows hold each (group, value); the
+            # function is the number of values with a count.
+            self.value_counts: dict[int, KeyedTable] = {}
+            for i, call in self.distincts:
+                schema = pa.schema([*fields[: len(self.groups)],
+                                    pa.field("v", arrow_type(result_type(call.args[0]))),
+                                    pa.field("c", pa.int64())])  # fmt: skip
+                self.value_counts[i] = state(f"{name}_d{i}", schema, [schema.names[:-1]])
         self.items_sql = {
             attr.id: _replace_aggs(
                 e, {c.result_id: f'"v{c.result_id}"' for c in self.calls}, _col, self.groups
@@ -937,6 +958,8 @@ class AggregateOp(Op):
     def reset(self) -> None:
         if self.state is not None:
             self.state.recreate()  # its columns may have other types than the last plan's
+            for table in self.value_counts.values():
+                table.recreate()
         super().reset()
 
     # -- shared: finishing state rows into output rows ---------------------------------
@@ -983,6 +1006,7 @@ class AggregateOp(Op):
         for i, call in enumerate(self.calls):
             if call.extreme:
                 row[f"m{i}"] = [None]
+                row[f"k{i}"] = [0]
             elif call.function != "Count":
                 row[f"s{i}"] = [decimal.Decimal(0)]
             row[f"n{i}"] = [0]
@@ -990,22 +1014,19 @@ class AggregateOp(Op):
 
     # -- kept state ---------------------------------------------------------------------
     def _group_sums_sql(self, source: str) -> str:
-        """SQL of the per-group change of the row count and of each sum, over ``source``;
-        for each MIN/MAX, the extreme of the values added (``a<i>``) and removed
-        (``d<i>``)."""
+        """SQL of the per-group change of the row count and of each sum, over ``source``."""
         groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{i}"'
                   for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
         sums = [f'CAST(sum("{W}") AS BIGINT) AS "n"']
         for i, call in enumerate(self.calls):
+            if call.distinct_count:  # from the values' counts (:meth:`_distinct_changes`)
+                sums.append(f'CAST(0 AS BIGINT) AS "n{i}"')
+                continue
             args = [_filtered(call, sql(a, _col)) for a in call.args]  # NULL where filtered
             present = " AND ".join(f"({a}) IS NOT NULL" for a in args) or "TRUE"
             sums.append(f'CAST(coalesce(sum(CASE WHEN {present} THEN "{W}" END), 0) AS BIGINT)'
                         f' AS "n{i}"')  # fmt: skip
-            if call.extreme:
-                fn = call.function.lower()
-                sums.append(f'{fn}(CASE WHEN "{W}" > 0 THEN {args[0]} END) AS "a{i}"')
-                sums.append(f'{fn}(CASE WHEN "{W}" < 0 THEN {args[0]} END) AS "d{i}"')
-            elif call.function != "Count":
+            if call.function not in ("Count", "Min", "Max"):
                 scale = self._sum_scale(call)
                 sums.append(
                     f"CAST(coalesce(sum(CAST({args[0]} AS DECIMAL(38,{scale}))"
@@ -1020,10 +1041,89 @@ class AggregateOp(Op):
         it changes at all."""
         out = b.compute.query(self._group_sums_sql(relation), d=rows)
         out = normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
+        if self.distincts:
+            out = self._distinct_changes(b, rows, relation, out)
+        if self.extremes:
+            out = self._extreme_changes(b, rows, relation, out)
         moved = [pc.not_equal(out.column(c), pa.scalar(0, out.schema.field(c).type))
                  for c in self.sum_cols]  # fmt: skip
-        moved += [pc.is_valid(out.column(f"{x}{i}")) for i, _ in self.extremes for x in "ad"]
+        moved += [pc.is_valid(out.column(f"a{i}")) for i, _ in self.extremes]
         return out.filter(functools.reduce(pc.or_, moved))  # n is always there
+
+    def _value_counts_sql(self, call: AggCall, source: str) -> str:
+        """SQL of the change (or the whole, over all rows) of each (group, value)'s count
+        of rows, for COUNT(DISTINCT) or MIN/MAX ``call``, over ``source``."""
+        groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{j}"'
+                  for j, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
+        arg = _filtered(call, sql(call.args[0], _col))
+        value = f'CAST({arg} AS {duck_type(result_type(call.args[0]))}) AS "v"'
+        return (f'SELECT {", ".join([*groups, value])}, CAST(sum("{W}") AS BIGINT) AS "c"'
+                f' FROM {source} WHERE ({arg}) IS NOT NULL GROUP BY ALL HAVING sum("{W}") <> 0')  # fmt: skip
+
+    def _extremes_sql(self, call: AggCall, counts: str, *, extreme: str, count: str) -> str:
+        """SQL of each group's least (MIN) or greatest (MAX) value among those with a
+        count above 0 in ``counts`` (a relation of ``_value_counts_sql``), and its count."""
+        names = ", ".join(f'"g{j}"' for j in range(len(self.groups)))
+        fn = call.function.lower()
+        return (f'SELECT {names}, {fn}("v") FILTER (WHERE "c" > 0) AS "{extreme}",'
+                f' arg_{fn}("c", "v") FILTER (WHERE "c" > 0) AS "{count}"'
+                f" FROM {counts} GROUP BY {names}")  # fmt: skip
+
+    def _extreme_changes(self, b: Batch, rows: pa.Table, relation: str, change: pa.Table
+                         ) -> pa.Table:  # fmt: skip
+        """``change`` (per group) with, per MIN/MAX ``i``, the extreme of the values the
+        batch added (``a<i>``: net, so a value removed and added again is no change) and
+        how many rows it added with it (``w<i>``). The change of each value's count is
+        kept for :meth:`_merge`."""
+        names = [f"g{j}" for j in range(len(self.groups))]
+        by = " AND ".join(f'x."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names)
+        for i, call in self.extremes:
+            counts = normalise_floats(
+                b.compute.query(self._value_counts_sql(call, relation), d=rows), names
+            )
+            b.cache[(id(self), "extreme", i)] = counts
+            added = self._extremes_sql(call, "p", extreme=f"a{i}", count=f"w{i}")
+            change = b.compute.query(
+                f'SELECT x.*, t."a{i}", t."w{i}" FROM x LEFT JOIN ({added}) t ON {by}',
+                x=change, p=counts,
+            )  # fmt: skip
+        return change
+
+    def _distinct_changes(self, b: Batch, rows: pa.Table, relation: str, change: pa.Table
+                          ) -> pa.Table:  # fmt: skip
+        """``change`` (per group) with each COUNT(DISTINCT)'s change: +1 per value whose
+        count of rows the batch raised from 0, -1 per value it brought to 0. The values'
+        new counts are kept for :meth:`finish`."""
+        names = [f"g{j}" for j in range(len(self.groups))]
+        on = " AND ".join(f'p."{g}" IS NOT DISTINCT FROM o."{g}"' for g in [*names, "v"])
+        by = " AND ".join(f'x."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names) or "TRUE"
+        for i, call in self.distincts:
+            table = self.value_counts[i]
+            pairs = normalise_floats(
+                b.compute.query(self._value_counts_sql(call, relation), d=rows), names
+            )
+            if b.initial:
+                old = table.schema.empty_table().append_column(ROWID, pa.array([], pa.int64()))
+            else:
+                old = table.lookup([*names, "v"], pairs.select([*names, "v"]), null_safe=True)
+            counts = b.compute.query(
+                f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"),'
+                f' coalesce(o."c", 0) AS "old", o."{ROWID}" AS "{ROWID}"'
+                f" FROM p LEFT JOIN o ON {on}",
+                p=pairs, o=old,
+            )  # fmt: skip
+            b.cache[(id(self), "values", i)] = counts
+            head = ", ".join(f'"{g}"' for g in names)
+            moved = (f'SELECT {head + ", " if head else ""}CAST(sum(CASE WHEN "old" = 0'
+                     f' THEN 1 WHEN "c" = 0 THEN -1 ELSE 0 END) AS BIGINT) AS "n{i}"'
+                     f' FROM t WHERE ("old" = 0) <> ("c" = 0)'
+                     + (f" GROUP BY {head}" if head else ""))  # fmt: skip
+            change = b.compute.query(
+                f'SELECT x.* REPLACE (x."n{i}" + coalesce(t."n{i}", 0) AS "n{i}")'
+                f" FROM x LEFT JOIN ({moved}) t ON {by}",
+                x=change, t=counts,
+            ).cast(change.schema)  # fmt: skip
+        return change
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
         assert self.state is not None
@@ -1046,24 +1146,31 @@ class AggregateOp(Op):
         keys = ", ".join(f'coalesce(c."{g}", o."{g}") AS "{g}"' for g in names)
         vals = [f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in self.sum_cols]
         stale = []
+        joins = ""
+        tables = {"c": change, "o": old}
         for i, call in self.extremes:
-            # The extreme stays unless a removed value reaches it (equal values may all
-            # be gone): then the group is read again (:meth:`_refresh`). A value removed
-            # from a group that had none cancels one added in the same change (a join's
-            # change holds such pairs), which may then be the extreme added: read again.
-            cmp, pick = ("<=", "least") if call.function == "Min" else (">=", "greatest")
+            # A value added beyond the extreme (below a MIN) is the new one; else the
+            # extreme stays while rows hold it; else (its last row gone, nothing added
+            # beyond it) the next one is not known: the group is read again (_refresh).
+            beyond = "<" if call.function == "Min" else ">"
             left = f'coalesce(o."n{i}", 0) + coalesce(c."n{i}", 0) > 0'
-            reached = f'coalesce(c."d{i}" {cmp} o."m{i}", c."d{i}" IS NOT NULL)'
-            stale.append(f"({left} AND {reached})")
-            vals.append(f'CASE WHEN {left} AND NOT {reached}'
-                        f' THEN {pick}(o."m{i}", c."a{i}") END AS "m{i}"')  # fmt: skip
+            new = f'(c."a{i}" IS NOT NULL AND coalesce(c."a{i}" {beyond} o."m{i}", TRUE))'
+            held = f'coalesce(o."k{i}", 0) + coalesce(p{i}."c", 0)'
+            stale.append(f"({left} AND NOT {new} AND {held} <= 0)")
+            vals.append(f'CASE WHEN NOT {left} THEN NULL WHEN {new} THEN c."a{i}"'
+                        f' WHEN {held} > 0 THEN o."m{i}" END AS "m{i}"')  # fmt: skip
+            vals.append(f'CASE WHEN NOT {left} THEN 0 WHEN {new} THEN c."w{i}"'
+                        f' WHEN {held} > 0 THEN {held} ELSE 0 END AS "k{i}"')  # fmt: skip
+            match = " AND ".join(f'p{i}."{g}" IS NOT DISTINCT FROM o."{g}"' for g in names)
+            joins += f' LEFT JOIN p{i} ON {match} AND p{i}."v" = o."m{i}"'
+            tables[f"p{i}"] = b.cache[(id(self), "extreme", i)]
         if stale:
             vals.append(f'{" OR ".join(stale)} AS "{_STALE}"')
         head = f"{keys}, " if keys else ""
         merged = b.compute.query(
-            f'SELECT {head}{", ".join(vals)}, o."{ROWID}" AS "{ROWID}" FROM c FULL JOIN o ON {on}',
-            c=change,
-            o=old,
+            f'SELECT {head}{", ".join(vals)}, o."{ROWID}" AS "{ROWID}"'
+            f" FROM c FULL JOIN o ON {on}{joins}",
+            **tables,
         )
         states = merged.select([*self.state_schema.names, ROWID]).cast(
             pa.schema([*self.state_schema, pa.field(ROWID, pa.int64())]))  # fmt: skip
@@ -1078,23 +1185,21 @@ class AggregateOp(Op):
         names = [f"g{i}" for i in range(len(self.groups))]
         keys = states.filter(stale).select(names).rename_columns([r.col for r in refs])
         rows = self.child.lookup(b, refs, keys, new=True, null_safe=[True] * len(refs))
-        groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{i}"'
-                  for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
-        values = [f'{c.function.lower()}({_filtered(c, sql(c.args[0], _col))}) AS "m{i}"'
-                  for i, c in self.extremes]  # fmt: skip
-        by = ", ".join(str(i + 1) for i in range(len(groups)))
-        fresh = b.compute.query(f"SELECT {', '.join([*groups, *values])} FROM d GROUP BY {by}",
-                                d=rows)  # fmt: skip
-        fresh = normalise_floats(fresh, names)
         on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM f."{g}"' for g in names)
-        patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN f."m{i}" ELSE s."m{i}" END AS "m{i}"'
-                            for i, _ in self.extremes)  # fmt: skip
-        out = b.compute.query(
-            f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN f ON {on}",
-            s=states.append_column(_STALE, stale),
-            f=fresh,
-        )
-        return out.select(states.column_names).cast(states.schema)
+        states = states.append_column(_STALE, stale)
+        for i, call in self.extremes:
+            counts = normalise_floats(
+                b.compute.query(self._value_counts_sql(call, "d"), d=rows), names
+            )
+            fresh = self._extremes_sql(call, "p", extreme=f"m{i}", count=f"k{i}")
+            patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN coalesce(f."{x}{i}", {none})'
+                                f' ELSE s."{x}{i}" END AS "{x}{i}"'
+                                for x, none in (("m", "NULL"), ("k", "0")))  # fmt: skip
+            states = b.compute.query(
+                f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN ({fresh}) f ON {on}",
+                s=states, p=counts,
+            ).cast(states.schema)  # fmt: skip
+        return states.drop_columns([_STALE])
 
     def _kept_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
         change = self._group_sums(b, rows, relation)
@@ -1121,6 +1226,14 @@ class AggregateOp(Op):
             self.state.delete(gone)
             keep = new if not self.groups else new.filter(pc.greater(new.column("n"), 0))
             self.state.insert(keep.drop_columns([ROWID]))
+        for i, _ in self.extremes:
+            b.cache.pop((id(self), "extreme", i), None)
+        for i, table in getattr(self, "value_counts", {}).items():
+            counts = b.cache.pop((id(self), "values", i), None)
+            if counts is not None:
+                table.delete([r for r in counts.column(ROWID).to_pylist() if r is not None])
+                kept = counts.filter(pc.greater(counts.column("c"), 0))
+                table.insert(kept.select(table.schema.names).cast(table.schema))
         super().finish(b)
 
     def build(self, compute: Compute, child_sql: str, tables: Mapping[str, pa.Table]) -> None:
@@ -1134,8 +1247,31 @@ class AggregateOp(Op):
             sums = sums.filter(pc.greater(sums.column("n"), 0))
         elif sums.num_rows == 0:
             return
-        for i, _ in self.extremes:  # every row is added: the extreme added is the extreme
-            sums = sums.append_column(f"m{i}", sums.column(f"a{i}"))
+        names = [f"g{j}" for j in range(len(self.groups))]
+        on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names)
+        for i, call in self.extremes:
+            counts = compute.query(self._value_counts_sql(call, f"({child_sql})"), **tables)
+            found = self._extremes_sql(call, "p", extreme=f"m{i}", count=f"k{i}")
+            sums = compute.query(
+                f'SELECT s.*, t."m{i}", coalesce(t."k{i}", 0) AS "k{i}" FROM s LEFT JOIN ({found}) t'
+                f" ON {on}",
+                s=sums, p=normalise_floats(counts, names),
+            )  # fmt: skip
+        for i, call in self.distincts:
+            table = self.value_counts[i]
+            table.clear()
+            counts = compute.query(self._value_counts_sql(call, f"({child_sql})"), **tables)
+            counts = normalise_floats(counts, names)
+            table.insert(counts.select(table.schema.names).cast(table.schema))
+            head = ", ".join(f'"{g}"' for g in names)
+            per_group = (f'SELECT {head + ", " if head else ""}count(*) AS "n{i}" FROM t'
+                         + (f" GROUP BY {head}" if head else ""))  # fmt: skip
+            on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names) or "TRUE"
+            sums = compute.query(
+                f'SELECT s.* REPLACE (coalesce(t."n{i}", 0) AS "n{i}") FROM s'
+                f" LEFT JOIN ({per_group}) t ON {on}",
+                s=sums, t=counts,
+            ).cast(sums.schema)  # fmt: skip
         self.state.insert(sums.select(self.state_schema.names).cast(self.state_schema))
 
     # -- the recompute-touched-groups strategy -------------------------------------------
@@ -1404,10 +1540,15 @@ class ViewMaintainer:
         walk(self.root)
         return found
 
-    def kept_extremes(self) -> str:
-        """The aggregates keeping MIN/MAX values in their state (their names), or ""."""
-        return " ".join(op.name for op in self.ops()
-                        if isinstance(op, AggregateOp) and op.kept and op.extremes)  # fmt: skip
+    def kept_values(self) -> str:
+        """The aggregates keeping values in their state: MIN/MAX (``:extremes``), the
+        values' counts of COUNT(DISTINCT) (``:distinct``), or ""."""
+        kinds = []
+        for op in self.ops():
+            if isinstance(op, AggregateOp) and op.kept:
+                kinds += [f"{op.name}:extremes"] * bool(op.extremes)
+                kinds += [f"{op.name}:distinct"] * bool(op.distincts)
+        return " ".join(kinds)
 
     def delta(self, b: Batch) -> pa.Table | None:
         """The view's change in this batch: its columns by name, plus ``__w``."""
