@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -141,5 +142,45 @@ def test_views_keeping_min_max_are_rebuilt_once_from_state_that_did_not_keep_the
             views.build(["extremes"], tmp_path / "scratch")
             views.sync_state()
         assert store.views()["extremes"].ready  # built: kept from now on
+    finally:
+        store.close()
+
+
+def test_state_tables_go_with_their_view(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    """A view taken out of the config drops its state tables (a COUNT(DISTINCT)'s value
+    counts may be as large as its input); one whose SQL changed drops those of its old
+    plan; the other views' tables stay (a view named like another's prefix included)."""
+    from deltamv.state.store import ViewRecord
+
+    def open_views(views: dict[str, str]) -> tuple[StateStore, ViewSet]:
+        config = job_config(TABLES, views, tmp_path)
+        store = StateStore(tmp_path / "state.db", job=config.name, start_ts=0)
+        mirrors = {
+            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
+            for name, t in config.tables.items()
+        }
+        return store, ViewSet(spark, config, store, compute, mirrors)
+
+    two_aggregates = "SELECT n, COUNT(*) AS g FROM (SELECT owner, COUNT(*) AS n FROM accounts GROUP BY owner) GROUP BY n"  # fmt: skip
+    store, views = open_views({"v": SHAPES["distinct_kept"], "v_0": two_aggregates})
+    try:
+        with store.transaction():
+            views.sync_state()
+            for name, view in views.views.items():
+                store.set_view(ViewRecord(name, view.mode, "", view.fingerprint, True))
+        before = {t for t in store.tables() if t.startswith("s_")}
+        counts = {t for t in before if re.fullmatch(r"s_v_0_d\d", t)}  # COUNT(DISTINCT)'s
+        assert len(counts) == 1
+        assert before == {"s_v_0", *counts, "s_v_0_0", "s_v_0_1"}, before
+    finally:
+        store.close()
+    store, views = open_views({"v_0": SHAPES["by_owner"]})  # v gone, v_0 changed
+    try:
+        with store.transaction():
+            views.sync_state()
+        assert {t for t in store.tables() if t.startswith("s_")} == {"s_v_0_0"}
+        assert set(store.views()) == {"v_0"}
     finally:
         store.close()

@@ -156,12 +156,22 @@ class ViewSet:
                 and record.mode == view.mode
             ):
                 continue
+            self._drop_state(name)
             if view.maintainer is not None:
                 view.maintainer.root.reset()
             self.store.set_view(ViewRecord(name, view.mode, view.reason, fingerprint, False))
         for name in known:
             if name not in self.views:
+                self._drop_state(name)
                 self.store.drop_view(name)
+
+    def _drop_state(self, view: str) -> None:
+        """Drop every state table of ``view`` (those of an earlier plan too: a COUNT
+        (DISTINCT)'s value counts may be as large as its input)."""
+        ours = re.compile(rf"s_{re.escape(view)}_\d+(_d\d+)?")
+        for table in self.store.tables():
+            if ours.fullmatch(table):
+                self.store.drop_table(table)
 
     def ready(self, name: str) -> bool:
         record = self.store.views().get(name)

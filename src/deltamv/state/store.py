@@ -538,6 +538,14 @@ class StateStore(_Reader):
     def drop_view(self, name: str) -> None:
         self.db.execute("DELETE FROM views WHERE name = ?", (name,))
 
+    def tables(self) -> list[str]:
+        """The names of the state file's tables."""
+        rows = self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return [r[0] for r in rows]
+
+    def drop_table(self, name: str) -> None:
+        self.db.execute(f'DROP TABLE IF EXISTS "{name.replace(chr(34), chr(34) * 2)}"')
+
     # -- committed outputs -----------------------------------------------------------------
     def record_commit(self, target: str, version: int, batch: int) -> None:
         with self._transaction(bookkeeping=True):

@@ -913,6 +913,9 @@ class AggregateOp(Op):
                     "a global aggregate other than COUNT, COUNT(DISTINCT), SUM and AVG of exact values"
                 )
         self.state: KeyedTable | None = None
+        # Per COUNT(DISTINCT) of kept state: how many input rows hold each (group, value);
+        # the function is the number of values with a count.
+        self.value_counts: dict[int, KeyedTable] = {}
         if self.kept:
             fields = [
                 pa.field(f"g{i}", arrow_type(a.dtype)) for i, a in enumerate(self.group_attrs)
@@ -932,9 +935,6 @@ class AggregateOp(Op):
             self.state_schema = pa.schema(fields)
             index = [[f"g{i}" for i in range(len(self.groups))]] if self.groups else []
             self.state = state(name, self.state_schema, index)
-            # Per COUNT(DISTINCT): how many input rows hold each (group, value); the
-            # function is the number of values with a count.
-            self.value_counts: dict[int, KeyedTable] = {}
             for i, call in self.distincts:
                 schema = pa.schema([*fields[: len(self.groups)],
                                     pa.field("v", arrow_type(result_type(call.args[0]))),
@@ -1228,7 +1228,7 @@ class AggregateOp(Op):
             self.state.insert(keep.drop_columns([ROWID]))
         for i, _ in self.extremes:
             b.cache.pop((id(self), "extreme", i), None)
-        for i, table in getattr(self, "value_counts", {}).items():
+        for i, table in self.value_counts.items():
             counts = b.cache.pop((id(self), "values", i), None)
             if counts is not None:
                 table.delete([r for r in counts.column(ROWID).to_pylist() if r is not None])
@@ -1241,6 +1241,8 @@ class AggregateOp(Op):
         building the view from scratch."""
         assert self.state is not None
         self.state.clear()
+        for table in self.value_counts.values():
+            table.clear()
         sums = compute.query(self._group_sums_sql(f"({child_sql})"), **tables)
         sums = normalise_floats(sums, [f"g{i}" for i in range(len(self.groups))])
         if self.groups:
@@ -1259,7 +1261,6 @@ class AggregateOp(Op):
             )  # fmt: skip
         for i, call in self.distincts:
             table = self.value_counts[i]
-            table.clear()
             counts = compute.query(self._value_counts_sql(call, f"({child_sql})"), **tables)
             counts = normalise_floats(counts, names)
             table.insert(counts.select(table.schema.names).cast(table.schema))
