@@ -77,6 +77,9 @@ SHAPES: dict[str, str] = {
     " SUM(balance) AS s FROM accounts",
     "distinct_join": "SELECT a.owner, COUNT(DISTINCT t.day) AS days, COUNT(*) AS c"
     " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
+    # a computed group key (no lookup by group needed: nothing is read again)
+    "distinct_computed": "SELECT balance % 3 AS m, COUNT(DISTINCT owner) AS d,"
+    " COUNT(*) AS n FROM accounts GROUP BY balance % 3",
     # projections and filters: CASE, COALESCE, arithmetic, types
     "project": "SELECT id * 2 AS x, CASE WHEN balance > 50 THEN 'hi' ELSE owner END AS y,"
     " balance % 7 AS z, COALESCE(balance, -1) + region AS w, credit * 2 AS c2,"
