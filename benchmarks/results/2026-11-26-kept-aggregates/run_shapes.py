@@ -1,13 +1,41 @@
-"""New shapes alone: python run.py ACCOUNTS BATCHES OUT.json (PYTHONPATH picks deltamv)."""
-import json, sys
-sys.path.insert(0, "/work/main/benchmarks")
+"""The ivm section's run for the two kept-aggregate shapes alone, as run for this folder.
+
+    PYTHONPATH=<checkout>/src python run_shapes.py ACCOUNTS BATCHES OUT.json
+
+``PYTHONPATH`` picks the deltamv to measure (a worktree of the commit before, or this
+one); the benchmark code is this checkout's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+
 from _common import spark_session
 from ivm import run_ivm
+
 import deltamv
-accounts, batches, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-print("deltamv from", deltamv.__file__, flush=True)
-with spark_session({}) as spark:
-    r = run_ivm(spark, accounts, batches=batches, shapes={"MIN/MAX per group": "extremes_by_owner", "COUNT(DISTINCT) per group": "distinct_by_owner"})
-json.dump(r, open(out, "w"), indent=1)
-for s in r["shapes"]:
-    print(s["view"], json.dumps({m: {k: s[m][k] for k in ("mode", "batch_ms_p50", "batch_ms_max", "phase_ms_p50", "load")} for m in ("incremental", "recompute")}))
+
+SHAPES = {
+    "MIN/MAX per group": "extremes_by_owner",
+    "COUNT(DISTINCT) per group": "distinct_by_owner",
+}
+
+
+def main() -> None:
+    accounts, batches, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    print("deltamv from", deltamv.__file__, flush=True)
+    with spark_session({}) as spark:
+        result = run_ivm(spark, accounts, batches=batches, shapes=SHAPES)
+    out.write_text(json.dumps(result, indent=1))
+    keys = ("mode", "batch_ms_p50", "batch_ms_max", "phase_ms_p50", "load")
+    for shape in result["shapes"]:
+        modes = {m: {k: shape[m][k] for k in keys} for m in ("incremental", "recompute")}
+        print(shape["view"], json.dumps(modes))
+
+
+if __name__ == "__main__":
+    main()
