@@ -154,14 +154,11 @@ class Batch:
     """What the operators of all views see in one batch.
 
     ``changes``: per source table, its Z-set over the declared columns (by name).
-    ``initial``: the views are being built from scratch: the state before is empty and
-    the mirrors already hold the state after (``changes`` then holds every row).
     """
 
     compute: Compute
     mirrors: Mapping[str, Mirror]
     changes: Mapping[str, pa.Table]
-    initial: bool = False
     cache: dict[Any, Any] = field(default_factory=dict)
 
     def changed(self, tables: Iterable[str]) -> bool:
@@ -265,11 +262,9 @@ class ScanOp(Op):
         by_name = keys.rename_columns(names).select(names) if names else keys
         if not names:
             raise Unsupported("a scan of a whole table")
-        if b.initial and not new:
-            return empty(self.output)
         found = self.mirror.lookup(names, by_name, null_safe=list(null_safe)).drop_columns([ROWID])
         rows = self._named(found)
-        if not new or b.initial:
+        if not new:
             return conform(rows, self.output)
         change = self.delta(b)
         if change is None:
@@ -1102,10 +1097,7 @@ class AggregateOp(Op):
             pairs = normalise_floats(
                 b.compute.query(self._value_counts_sql(call, relation), d=rows), names
             )
-            if b.initial:
-                old = table.schema.empty_table().append_column(ROWID, pa.array([], pa.int64()))
-            else:
-                old = table.lookup([*names, "v"], pairs.select([*names, "v"]), null_safe=True)
+            old = table.lookup([*names, "v"], pairs.select([*names, "v"]), null_safe=True)
             counts = b.compute.query(
                 f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"),'
                 f' coalesce(o."c", 0) AS "old", o."{ROWID}" AS "{ROWID}"'
@@ -1127,8 +1119,6 @@ class AggregateOp(Op):
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
         assert self.state is not None
-        if b.initial:
-            return self.state_schema.empty_table().append_column(ROWID, pa.array([], pa.int64()))
         if not self.groups:
             rows = list(self.state.scan(with_rowid=True))
             if not rows:
@@ -1350,8 +1340,6 @@ class AggregateOp(Op):
             return self._eval_groups(b, rows)
         assert self.state is not None
         wanted = keys.rename_columns(names)  # (the lookup and DuckDB match floats as SQL does)
-        if b.initial and not new:
-            return empty(self.output)
         stored = self.state.lookup(names, wanted, null_safe=list(null_safe))
         if new:
             self.delta(b)
