@@ -19,12 +19,13 @@ The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` it
 - an aggregate of COUNT, SUM and AVG over exact numbers keeps per group the row count and
   exact sums (state in SQLite), so a group whose last row leaves disappears (its count,
   not its sum, is zero), a SUM over only NULLs stays NULL, and a global aggregate keeps
-  its one row over empty input; a grouped one may add MIN and MAX of types other than
-  floating point, kept as each group's current value, and recomputed from the group's
-  input rows only where a batch removed a value reaching it;
-- any other aggregate (COUNT(DISTINCT), MIN or MAX of floating-point values,
-  floating-point sums) is recomputed for the groups the batch touched, from the input
-  rows of those groups (looked up by the group key);
+  its one row over empty input; COUNT(DISTINCT) keeps how many rows hold each (group,
+  value); a grouped MIN or MAX keeps each group's extreme and how many rows hold it,
+  and reads the group's input rows again only when a batch takes the last of them (all
+  three over types other than floating point);
+- any other aggregate (MIN, MAX or COUNT(DISTINCT) of floating-point values, several
+  DISTINCT aggregates, which Spark plans through an Expand) is recomputed for the groups
+  the batch touched, from the input rows of those groups (looked up by the group key);
 - anything else is not maintained here: :class:`~deltamv.views.expr.Unsupported` names
   the reason and the view is recomputed by Spark.
 
@@ -885,8 +886,8 @@ class AggregateOp(Op):
             Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
         ]
         self.group_sql = [sql(g, _col) for g in self.groups]
-        # Kept state per group (the exact sums, each MIN/MAX's current value), or else
-        # every touched group recomputed from its input rows.
+        # State kept per group (exact sums, each MIN/MAX with the rows holding it, each
+        # COUNT(DISTINCT)'s value counts), or else every touched group recomputed.
         self.kept = all(c.linear or c.extreme or c.distinct_count for c in self.calls)
         self.extremes = [(i, c) for i, c in enumerate(self.calls) if c.extreme]
         self.distincts = [(i, c) for i, c in enumerate(self.calls) if c.distinct_count]
