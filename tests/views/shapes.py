@@ -77,6 +77,10 @@ SHAPES: dict[str, str] = {
     " SUM(balance) AS s FROM accounts",
     "distinct_join": "SELECT a.owner, COUNT(DISTINCT t.day) AS days, COUNT(*) AS c"
     " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
+    # several DISTINCT aggregates by a computed key (Spark's plan JSON leaves out the
+    # Expand's projections there)
+    "multi_distinct_computed": "SELECT id % 7 AS g, COUNT(DISTINCT owner) AS o,"
+    " COUNT(DISTINCT balance) AS b, SUM(balance) AS s FROM accounts GROUP BY id % 7",
     # a computed group key (no lookup by group needed: nothing is read again)
     "distinct_computed": "SELECT balance % 3 AS m, COUNT(DISTINCT owner) AS d,"
     " COUNT(*) AS n FROM accounts GROUP BY balance % 3",

@@ -35,17 +35,27 @@ def test_shapes_outside_the_rules_are_recomputed(viewset: ViewSet, shape: str) -
     assert reason in view.reason, view.describe
 
 
-def _viewset(spark: SparkSession, compute: Compute, folder: Path, sql: str, mode: str) -> ViewSet:
-    config = job_config(TABLES, {"v": sql}, folder, maintain={"v": mode})
+def _open(spark: SparkSession, compute: Compute, folder: Path, views: dict[str, str],
+          maintain: dict[str, str] | None = None) -> tuple[StateStore, ViewSet]:  # fmt: skip
+    """A job's state (in ``folder``) and its views, as the job opens them; the caller
+    closes the store."""
+    config = job_config(TABLES, views, folder, maintain=maintain)
     store = StateStore(folder / "state.db", job=config.name, start_ts=0)
     mirrors = {
         name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
         for name, t in config.tables.items()
     }
     try:
-        return ViewSet(spark, config, store, compute, mirrors)
-    finally:
+        return store, ViewSet(spark, config, store, compute, mirrors)
+    except BaseException:
         store.close()
+        raise
+
+
+def _viewset(spark: SparkSession, compute: Compute, folder: Path, sql: str, mode: str) -> ViewSet:
+    store, views = _open(spark, compute, folder, {"v": sql}, {"v": mode})
+    store.close()
+    return views
 
 
 def test_maintain_recompute_forces_recompute(
@@ -92,14 +102,8 @@ def test_a_new_version_of_the_maintenance_rules_rebuilds_every_view(
     from deltamv.state.store import ViewRecord
     from deltamv.views import plan
 
-    config = job_config(TABLES, {"v": SHAPES["by_owner"]}, tmp_path)
-    store = StateStore(tmp_path / "state.db", job=config.name, start_ts=0)
+    store, views = _open(spark, compute, tmp_path, {"v": SHAPES["by_owner"]})
     try:
-        mirrors = {
-            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
-            for name, t in config.tables.items()
-        }
-        views = ViewSet(spark, config, store, compute, mirrors)
         view = views.views["v"]
         with store.transaction():
             store.set_view(ViewRecord("v", view.mode, "", view.plan.fingerprint, True))
@@ -123,14 +127,8 @@ def test_views_keeping_min_max_are_rebuilt_once_from_state_that_did_not_keep_the
 
     sqls = {"sums": SHAPES["by_owner"], "extremes": SHAPES["minmax"],
             "floats": "SELECT owner, MIN(rate) AS r FROM accounts GROUP BY owner"}  # fmt: skip
-    config = job_config(TABLES, sqls, tmp_path)
-    store = StateStore(tmp_path / "state.db", job=config.name, start_ts=0)
+    store, views = _open(spark, compute, tmp_path, sqls)
     try:
-        mirrors = {
-            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
-            for name, t in config.tables.items()
-        }
-        views = ViewSet(spark, config, store, compute, mirrors)
         with store.transaction():
             for name, view in views.views.items():  # as the job recorded them before
                 store.set_view(ViewRecord(name, view.mode, "", view.plan.fingerprint, True))
@@ -154,17 +152,10 @@ def test_state_tables_go_with_their_view(
     plan; the other views' tables stay (a view named like another's prefix included)."""
     from deltamv.state.store import ViewRecord
 
-    def open_views(views: dict[str, str]) -> tuple[StateStore, ViewSet]:
-        config = job_config(TABLES, views, tmp_path)
-        store = StateStore(tmp_path / "state.db", job=config.name, start_ts=0)
-        mirrors = {
-            name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
-            for name, t in config.tables.items()
-        }
-        return store, ViewSet(spark, config, store, compute, mirrors)
-
     two_aggregates = "SELECT n, COUNT(*) AS g FROM (SELECT owner, COUNT(*) AS n FROM accounts GROUP BY owner) GROUP BY n"  # fmt: skip
-    store, views = open_views({"v": SHAPES["distinct_kept"], "v_0": two_aggregates})
+    store, views = _open(
+        spark, compute, tmp_path, {"v": SHAPES["distinct_kept"], "v_0": two_aggregates}
+    )
     try:
         with store.transaction():
             views.sync_state()
@@ -176,7 +167,9 @@ def test_state_tables_go_with_their_view(
         assert before == {"s_v_0", *counts, "s_v_0_0", "s_v_0_1"}, before
     finally:
         store.close()
-    store, views = open_views({"v_0": SHAPES["by_owner"]})  # v gone, v_0 changed
+    store, views = _open(
+        spark, compute, tmp_path, {"v_0": SHAPES["by_owner"]}
+    )  # v gone, v_0 changed
     try:
         with store.transaction():
             views.sync_state()

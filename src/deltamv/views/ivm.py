@@ -1597,7 +1597,9 @@ def compile_view(
                                f"{view}_{next(counter)}")  # fmt: skip
         if kind == "Expand":
             child = build(node.children[0])
-            return ExpandOp(child, f.get("projections") or (), node.output)
+            if not f.get("projections"):
+                raise Unsupported("an Expand without its projections in Spark's plan")
+            return ExpandOp(child, f["projections"], node.output)
         raise Unsupported(_describe(kind))
 
     root_op = build(root)

@@ -241,7 +241,21 @@ def _attach_outputs(node: Node, jvm_plan: Any) -> Node:
         a = output.apply(i)
         attrs.append(Attr(int(a.exprId().id()), str(a.name()), json.loads(a.dataType().json()),
                           bool(a.nullable())))  # fmt: skip
-    return Node(node.kind, node.fields, children, tuple(attrs), node.table)
+    fields = node.fields
+    if node.kind == "Expand" and not fields.get("projections"):
+        fields = {**fields, "projections": _projections(jvm_plan)}
+    return Node(node.kind, fields, children, tuple(attrs), node.table)
+
+
+def _projections(jvm_expand: Any) -> tuple[tuple[Expr, ...], ...]:
+    """An Expand's projections, expression by expression: the plan's JSON form gives null
+    for them in some plans (several DISTINCT aggregates grouped by a computed key)."""
+    rows = jvm_expand.projections()
+    out = []
+    for i in range(rows.size()):
+        row = rows.apply(i)
+        out.append(tuple(_expr(json.loads(row.apply(j).toJSON())) for j in range(row.size())))
+    return tuple(out)
 
 
 # -- registering the tables and planning --------------------------------------------------
