@@ -28,7 +28,8 @@ ROWID = "__rowid"
 _LOOKUP_CHUNK = 50_000
 
 
-def _q(name: str) -> str:
+def quote_name(name: str) -> str:
+    """A table or column name quoted for SQLite."""
     return '"' + name.replace('"', '""') + '"'
 
 
@@ -52,13 +53,13 @@ class KeyedTable:
             self.ensure_index(index)
 
     def _create(self) -> None:
-        columns = ", ".join(f"{_q(f.name)} {sql_type(f.type)}" for f in self.schema)
-        self.db.execute(f"CREATE TABLE IF NOT EXISTS {_q(self.name)} ({columns})")
+        columns = ", ".join(f"{quote_name(f.name)} {sql_type(f.type)}" for f in self.schema)
+        self.db.execute(f"CREATE TABLE IF NOT EXISTS {quote_name(self.name)} ({columns})")
 
     def recreate(self) -> None:
         """Empty, with the columns of this table's schema and its indexes: a table kept
         from an earlier schema (a view's state, planned anew) takes the current one."""
-        self.db.execute(f"DROP TABLE IF EXISTS {_q(self.name)}")
+        self.db.execute(f"DROP TABLE IF EXISTS {quote_name(self.name)}")
         self._create()
         for columns, non_null in self._indexes:
             self._create_index(columns, non_null)
@@ -74,10 +75,10 @@ class KeyedTable:
 
     def _create_index(self, columns: Sequence[str], non_null: bool) -> None:
         self.db.execute(
-            f"CREATE INDEX IF NOT EXISTS {_q(self._index_name(columns, non_null))}"
-            f" ON {_q(self.name)} ({', '.join(_q(c) for c in columns)})"
+            f"CREATE INDEX IF NOT EXISTS {quote_name(self._index_name(columns, non_null))}"
+            f" ON {quote_name(self.name)} ({', '.join(quote_name(c) for c in columns)})"
             + (
-                " WHERE " + " AND ".join(f"{_q(c)} IS NOT NULL" for c in columns)
+                " WHERE " + " AND ".join(f"{quote_name(c)} IS NOT NULL" for c in columns)
                 if non_null
                 else ""
             )
@@ -87,29 +88,30 @@ class KeyedTable:
         key = (tuple(columns), non_null)
         if key in self._indexes:
             self._indexes.remove(key)
-        self.db.execute(f"DROP INDEX IF EXISTS {_q(self._index_name(columns, non_null))}")
+        self.db.execute(f"DROP INDEX IF EXISTS {quote_name(self._index_name(columns, non_null))}")
 
     def _index_name(self, columns: Sequence[str], non_null: bool) -> str:
         text = "\0".join(columns) + ("\0non-null" if non_null else "")
         return f"{self.name}__{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
 
     def count(self) -> int:
-        return int(self.db.execute(f"SELECT COUNT(*) FROM {_q(self.name)}").fetchone()[0])
+        return int(self.db.execute(f"SELECT COUNT(*) FROM {quote_name(self.name)}").fetchone()[0])
 
     def is_empty(self) -> bool:
         """No rows (one step of the table, where ``count`` reads it all)."""
-        return self.db.execute(f"SELECT 1 FROM {_q(self.name)} LIMIT 1").fetchone() is None
+        return self.db.execute(f"SELECT 1 FROM {quote_name(self.name)} LIMIT 1").fetchone() is None
 
     def insert(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
         names = self.schema.names
         marks = ", ".join("?" for _ in names)
-        cols = ", ".join(_q(n) for n in names)
+        cols = ", ".join(quote_name(n) for n in names)
         for offset in range(0, rows.num_rows, _LOOKUP_CHUNK):
             part = rows.slice(offset, _LOOKUP_CHUNK)
             self.db.executemany(
-                f"INSERT INTO {_q(self.name)} ({cols}) VALUES ({marks})", to_rows(part, names)
+                f"INSERT INTO {quote_name(self.name)} ({cols}) VALUES ({marks})",
+                to_rows(part, names),
             )
 
     def update(self, rows: pa.Table) -> None:
@@ -117,22 +119,24 @@ class KeyedTable:
         columns = [c for c in rows.column_names if c != ROWID]
         if rows.num_rows == 0 or not columns:
             return
-        sets = ", ".join(f"{_q(c)} = ?" for c in columns)
+        sets = ", ".join(f"{quote_name(c)} = ?" for c in columns)
         for offset in range(0, rows.num_rows, _LOOKUP_CHUNK):
             part = rows.slice(offset, _LOOKUP_CHUNK)
             self.db.executemany(
-                f"UPDATE {_q(self.name)} SET {sets} WHERE rowid = ?",
+                f"UPDATE {quote_name(self.name)} SET {sets} WHERE rowid = ?",
                 to_rows(part, [*columns, ROWID]),
             )
 
     def delete(self, rowids: Sequence[int]) -> None:
-        self.db.executemany(f"DELETE FROM {_q(self.name)} WHERE rowid = ?", [(r,) for r in rowids])
+        self.db.executemany(
+            f"DELETE FROM {quote_name(self.name)} WHERE rowid = ?", [(r,) for r in rowids]
+        )
 
     def clear(self) -> None:
-        self.db.execute(f"DELETE FROM {_q(self.name)}")
+        self.db.execute(f"DELETE FROM {quote_name(self.name)}")
 
     def drop(self) -> None:
-        self.db.execute(f"DROP TABLE IF EXISTS {_q(self.name)}")
+        self.db.execute(f"DROP TABLE IF EXISTS {quote_name(self.name)}")
 
     def lookup(
         self, columns: Sequence[str], keys: pa.Table, *, null_safe: bool | Sequence[bool] = False
@@ -177,24 +181,26 @@ class KeyedTable:
         self, equal: Sequence[str], null: Sequence[str], keys: pa.Table
     ) -> Iterator[pa.Table]:
         out_schema = pa.schema([(ROWID, pa.int64()), *self.schema])
-        cols = ", ".join(f"t.{_q(n)}" for n in self.schema.names)
-        where = [f"t.{_q(c)} IS NULL" for c in null]
+        cols = ", ".join(f"t.{quote_name(n)}" for n in self.schema.names)
+        where = [f"t.{quote_name(c)} IS NULL" for c in null]
         if not equal:
-            sql = f"SELECT t.rowid, {cols} FROM {_q(self.name)} t WHERE {' AND '.join(where)}"
+            sql = (
+                f"SELECT t.rowid, {cols} FROM {quote_name(self.name)} t WHERE {' AND '.join(where)}"
+            )
             yield from_rows(self.db.execute(sql).fetchall(), out_schema)
             return
         types = [sql_type(keys.schema.field(c).type) for c in equal]
         temp = "_keys_" + "_".join(t.lower() for t in types)
         defs = ", ".join(f"k{i} {t}" for i, t in enumerate(types))
         self.db.execute(f"CREATE TEMP TABLE IF NOT EXISTS {temp} ({defs})")
-        on = " AND ".join([*(f"t.{_q(c)} = k.k{i}" for i, c in enumerate(equal)), *where])
+        on = " AND ".join([*(f"t.{quote_name(c)} = k.k{i}" for i, c in enumerate(equal)), *where])
         marks = ", ".join("?" for _ in equal)
         for offset in range(0, keys.num_rows, _LOOKUP_CHUNK):
             part = keys.slice(offset, _LOOKUP_CHUNK)
             self.db.execute(f"DELETE FROM {temp}")
             self.db.executemany(f"INSERT INTO {temp} VALUES ({marks})", to_rows(part, list(equal)))
             rows = self.db.execute(
-                f"SELECT t.rowid, {cols} FROM {temp} k CROSS JOIN {_q(self.name)} t ON {on}"
+                f"SELECT t.rowid, {cols} FROM {temp} k CROSS JOIN {quote_name(self.name)} t ON {on}"
             ).fetchall()
             yield from_rows(rows, out_schema)
 
@@ -203,9 +209,9 @@ class KeyedTable:
     ) -> Iterator[pa.Table]:
         """Every row, in chunks (bounded memory)."""
         schema = pa.schema([(ROWID, pa.int64()), *self.schema]) if with_rowid else self.schema
-        cols = ", ".join(_q(n) for n in self.schema.names)
+        cols = ", ".join(quote_name(n) for n in self.schema.names)
         prefix = "rowid, " if with_rowid else ""
-        cursor = self.db.execute(f"SELECT {prefix}{cols} FROM {_q(self.name)}")
+        cursor = self.db.execute(f"SELECT {prefix}{cols} FROM {quote_name(self.name)}")
         while True:
             rows = cursor.fetchmany(batch_rows)
             if not rows:
@@ -267,6 +273,6 @@ class Mirror(KeyedTable):
         a snapshot's load adds such rows, so once none is left the answer is kept (the
         question reads the table until it finds one)."""
         if self._keyless_left:
-            sql = f"SELECT 1 FROM {_q(self.name)} WHERE {_q(KEY)} IS NULL LIMIT 1"
+            sql = f"SELECT 1 FROM {quote_name(self.name)} WHERE {quote_name(KEY)} IS NULL LIMIT 1"
             self._keyless_left = self.db.execute(sql).fetchone() is not None
         return self._keyless_left

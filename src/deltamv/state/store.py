@@ -34,6 +34,7 @@ from typing import Any
 from deltamv.errors import StateError, StorageError
 from deltamv.pipeline.frontier import RegionState
 from deltamv.state.chunks import Buffer, DoneTxns, Outbox, PendingTxns, rename_chunk_columns
+from deltamv.state.keyed import quote_name
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -544,7 +545,7 @@ class StateStore(_Reader):
         return [r[0] for r in rows]
 
     def drop_table(self, name: str) -> None:
-        self.db.execute(f'DROP TABLE IF EXISTS "{name.replace(chr(34), chr(34) * 2)}"')
+        self.db.execute(f"DROP TABLE IF EXISTS {quote_name(name)}")
 
     # -- committed outputs -----------------------------------------------------------------
     def record_commit(self, target: str, version: int, batch: int) -> None:

@@ -145,6 +145,14 @@ def _col(i: int) -> str:
     return f'"c{i}"'
 
 
+def _same(left: str, right: str, columns: Sequence[str]) -> str:
+    """SQL matching rows of ``left`` and ``right`` whose ``columns`` are equal, NULL to
+    NULL (TRUE where there are none: a global aggregate's one row)."""
+    return (
+        " AND ".join(f'{left}."{c}" IS NOT DISTINCT FROM {right}."{c}"' for c in columns) or "TRUE"
+    )
+
+
 def _cols(attrs: Sequence[Attr], prefix: str = "") -> str:
     return ", ".join(f'{prefix}"{a.col}"' for a in attrs)
 
@@ -886,6 +894,7 @@ class AggregateOp(Op):
             Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
         ]
         self.group_sql = [sql(g, _col) for g in self.groups]
+        self.group_names = [a.name for a in self.group_attrs]  # g<i>, in state and changes
         # State kept per group (exact sums, each MIN/MAX with the rows holding it, each
         # COUNT(DISTINCT)'s value counts), or else every touched group recomputed.
         self.kept = all(c.linear or c.extreme or c.distinct_count for c in self.calls)
@@ -1009,10 +1018,14 @@ class AggregateOp(Op):
         return pa.table(row).cast(self.state_schema)
 
     # -- kept state ---------------------------------------------------------------------
+    def _group_columns(self) -> list[str]:
+        """SQL of each group expression as its column ``g<i>``."""
+        return [f'CAST({g} AS {duck_type(a.dtype)}) AS "{a.name}"'
+                for g, a in zip(self.group_sql, self.group_attrs, strict=True)]  # fmt: skip
+
     def _group_sums_sql(self, source: str) -> str:
         """SQL of the per-group change of the row count and of each sum, over ``source``."""
-        groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{i}"'
-                  for i, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
+        groups = self._group_columns()
         sums = [f'CAST(sum("{W}") AS BIGINT) AS "n"']
         for i, call in enumerate(self.calls):
             if call.distinct_count:  # from the values' counts (:meth:`_distinct_changes`)
@@ -1036,68 +1049,74 @@ class AggregateOp(Op):
         :meth:`Op.stream`): the change of the row count and of each sum, for the groups
         it changes at all."""
         out = b.compute.query(self._group_sums_sql(relation), d=rows)
-        out = normalise_floats(out, [f"g{i}" for i in range(len(self.groups))])
+        out = normalise_floats(out, self.group_names)
+        if self.distincts or self.extremes:  # each value's change of count, per group
+            counts = self._value_counts([c for _, c in [*self.distincts, *self.extremes]],
+                                        lambda q: b.compute.query(q, d=rows), relation)  # fmt: skip
+            b.cache[(id(self), "counts")] = counts
         if self.distincts:
-            out = self._distinct_changes(b, rows, relation, out)
+            out = self._distinct_changes(b, out, counts)
         if self.extremes:
-            out = self._extreme_changes(b, rows, relation, out)
+            out = self._extreme_changes(b, out, counts)
         moved = [pc.not_equal(out.column(c), pa.scalar(0, out.schema.field(c).type))
                  for c in self.sum_cols]  # fmt: skip
         moved += [pc.is_valid(out.column(f"a{i}")) for i, _ in self.extremes]
         return out.filter(functools.reduce(pc.or_, moved))  # n is always there
 
-    def _value_counts_sql(self, call: AggCall, source: str) -> str:
-        """SQL of the change (or the whole, over all rows) of each (group, value)'s count
-        of rows, for COUNT(DISTINCT) or MIN/MAX ``call``, over ``source``."""
-        groups = [f'CAST({g} AS {duck_type(a.dtype)}) AS "g{j}"'
-                  for j, (g, a) in enumerate(zip(self.group_sql, self.group_attrs, strict=True))]  # fmt: skip
-        arg = _filtered(call, sql(call.args[0], _col))
-        value = f'CAST({arg} AS {duck_type(result_type(call.args[0]))}) AS "v"'
-        return (f'SELECT {", ".join([*groups, value])}, CAST(sum("{W}") AS BIGINT) AS "c"'
-                f' FROM {source} WHERE ({arg}) IS NOT NULL GROUP BY ALL HAVING sum("{W}") <> 0')  # fmt: skip
+    def _value_counts(self, calls: Sequence[AggCall], run: Callable[[str], pa.Table],
+                      source: str) -> dict[int, pa.Table]:  # fmt: skip
+        """Per call (by result id), each (group, value)'s count of rows (or its change:
+        ``source`` is a batch's change) for COUNT(DISTINCT) or MIN/MAX; ``run`` runs a
+        query. Calls of one argument and filter (MIN(x) and MAX(x)) share one query."""
+        by_sql: dict[str, pa.Table] = {}
+        out = {}
+        for call in calls:
+            arg = _filtered(call, sql(call.args[0], _col))
+            value = f'CAST({arg} AS {duck_type(result_type(call.args[0]))}) AS "v"'
+            query = (f'SELECT {", ".join([*self._group_columns(), value])},'
+                     f' CAST(sum("{W}") AS BIGINT) AS "c" FROM {source}'
+                     f' WHERE ({arg}) IS NOT NULL GROUP BY ALL HAVING sum("{W}") <> 0')  # fmt: skip
+            if query not in by_sql:
+                by_sql[query] = normalise_floats(run(query), self.group_names)
+            out[call.result_id] = by_sql[query]
+        return out
 
     def _extremes_sql(self, call: AggCall, counts: str, *, extreme: str, count: str) -> str:
         """SQL of each group's least (MIN) or greatest (MAX) value among those with a
-        count above 0 in ``counts`` (a relation of ``_value_counts_sql``), and its count."""
-        names = ", ".join(f'"g{j}"' for j in range(len(self.groups)))
+        count above 0 in ``counts`` (a relation of :meth:`_value_counts`), and its count."""
+        names = ", ".join(f'"{g}"' for g in self.group_names)
         fn = call.function.lower()
         return (f'SELECT {names}, {fn}("v") FILTER (WHERE "c" > 0) AS "{extreme}",'
                 f' arg_{fn}("c", "v") FILTER (WHERE "c" > 0) AS "{count}"'
                 f" FROM {counts} GROUP BY {names}")  # fmt: skip
 
-    def _extreme_changes(self, b: Batch, rows: pa.Table, relation: str, change: pa.Table
+    def _extreme_changes(self, b: Batch, change: pa.Table, counts: Mapping[int, pa.Table]
                          ) -> pa.Table:  # fmt: skip
         """``change`` (per group) with, per MIN/MAX ``i``, the extreme of the values the
         batch added (``a<i>``: net, so a value removed and added again is no change) and
-        how many rows it added with it (``w<i>``). The change of each value's count is
-        kept for :meth:`_merge`."""
-        names = [f"g{j}" for j in range(len(self.groups))]
-        by = " AND ".join(f'x."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names)
+        how many rows it added with it (``w<i>``), from the change of each value's count
+        (``counts``, which :meth:`_merge` reads too)."""
+        by = _same("x", "t", self.group_names)
         for i, call in self.extremes:
-            counts = normalise_floats(
-                b.compute.query(self._value_counts_sql(call, relation), d=rows), names
-            )
-            b.cache[(id(self), "extreme", i)] = counts
             added = self._extremes_sql(call, "p", extreme=f"a{i}", count=f"w{i}")
             change = b.compute.query(
                 f'SELECT x.*, t."a{i}", t."w{i}" FROM x LEFT JOIN ({added}) t ON {by}',
-                x=change, p=counts,
+                x=change, p=counts[call.result_id],
             )  # fmt: skip
         return change
 
-    def _distinct_changes(self, b: Batch, rows: pa.Table, relation: str, change: pa.Table
+    def _distinct_changes(self, b: Batch, change: pa.Table, counts: Mapping[int, pa.Table]
                           ) -> pa.Table:  # fmt: skip
         """``change`` (per group) with each COUNT(DISTINCT)'s change: +1 per value whose
-        count of rows the batch raised from 0, -1 per value it brought to 0. The values'
-        new counts are kept for :meth:`finish`."""
-        names = [f"g{j}" for j in range(len(self.groups))]
-        on = " AND ".join(f'p."{g}" IS NOT DISTINCT FROM o."{g}"' for g in [*names, "v"])
-        by = " AND ".join(f'x."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names) or "TRUE"
+        count of rows the batch raised from 0, -1 per value it brought to 0 (``counts``:
+        the change of each value's count). The values' new counts are kept for
+        :meth:`finish`."""
+        names = self.group_names
+        on = _same("p", "o", [*names, "v"])
+        by = _same("x", "t", names)
         for i, call in self.distincts:
             table = self.value_counts[i]
-            pairs = normalise_floats(
-                b.compute.query(self._value_counts_sql(call, relation), d=rows), names
-            )
+            pairs = counts[call.result_id]
             old = table.lookup([*names, "v"], pairs.select([*names, "v"]), null_safe=True)
             counts = b.compute.query(
                 f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"),'
@@ -1128,12 +1147,12 @@ class AggregateOp(Op):
                 )
             found = pa.concat_tables(rows)
             return found.select([*self.state_schema.names, ROWID])
-        names = [f"g{i}" for i in range(len(self.groups))]
-        return self.state.lookup(names, groups.select(names), null_safe=True)
+        return self.state.lookup(self.group_names, groups.select(self.group_names),
+                                 null_safe=True)  # fmt: skip
 
     def _merge(self, b: Batch, old: pa.Table, change: pa.Table) -> pa.Table:
-        names = [f"g{i}" for i in range(len(self.groups))]
-        on = " AND ".join(f'o."{g}" IS NOT DISTINCT FROM c."{g}"' for g in names) or "TRUE"
+        names = self.group_names
+        on = _same("o", "c", names)
         keys = ", ".join(f'coalesce(c."{g}", o."{g}") AS "{g}"' for g in names)
         vals = [f'coalesce(o."{v}", 0) + coalesce(c."{v}", 0) AS "{v}"' for v in self.sum_cols]
         stale = []
@@ -1152,9 +1171,8 @@ class AggregateOp(Op):
                         f' WHEN {held} > 0 THEN o."m{i}" END AS "m{i}"')  # fmt: skip
             vals.append(f'CASE WHEN NOT {left} THEN 0 WHEN {new} THEN c."w{i}"'
                         f' WHEN {held} > 0 THEN {held} ELSE 0 END AS "k{i}"')  # fmt: skip
-            match = " AND ".join(f'p{i}."{g}" IS NOT DISTINCT FROM o."{g}"' for g in names)
-            joins += f' LEFT JOIN p{i} ON {match} AND p{i}."v" = o."m{i}"'
-            tables[f"p{i}"] = b.cache[(id(self), "extreme", i)]
+            joins += f' LEFT JOIN p{i} ON {_same(f"p{i}", "o", names)} AND p{i}."v" = o."m{i}"'
+            tables[f"p{i}"] = b.cache[(id(self), "counts")][call.result_id]
         if stale:
             vals.append(f'{" OR ".join(stale)} AS "{_STALE}"')
         head = f"{keys}, " if keys else ""
@@ -1173,22 +1191,20 @@ class AggregateOp(Op):
         if not pc.any(stale).as_py():
             return states
         refs = [r for r in self.group_refs if r is not None]
-        names = [f"g{i}" for i in range(len(self.groups))]
-        keys = states.filter(stale).select(names).rename_columns([r.col for r in refs])
+        keys = states.filter(stale).select(self.group_names).rename_columns([r.col for r in refs])
         rows = self.child.lookup(b, refs, keys, new=True, null_safe=[True] * len(refs))
-        on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM f."{g}"' for g in names)
+        on = _same("s", "f", self.group_names)
         states = states.append_column(_STALE, stale)
+        counts = self._value_counts([c for _, c in self.extremes],
+                                    lambda q: b.compute.query(q, d=rows), "d")  # fmt: skip
         for i, call in self.extremes:
-            counts = normalise_floats(
-                b.compute.query(self._value_counts_sql(call, "d"), d=rows), names
-            )
             fresh = self._extremes_sql(call, "p", extreme=f"m{i}", count=f"k{i}")
             patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN coalesce(f."{x}{i}", {none})'
                                 f' ELSE s."{x}{i}" END AS "{x}{i}"'
                                 for x, none in (("m", "NULL"), ("k", "0")))  # fmt: skip
             states = b.compute.query(
                 f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN ({fresh}) f ON {on}",
-                s=states, p=counts,
+                s=states, p=counts[call.result_id],
             ).cast(states.schema)  # fmt: skip
         return states.drop_columns([_STALE])
 
@@ -1217,8 +1233,7 @@ class AggregateOp(Op):
             self.state.delete(gone)
             keep = new if not self.groups else new.filter(pc.greater(new.column("n"), 0))
             self.state.insert(keep.drop_columns([ROWID]))
-        for i, _ in self.extremes:
-            b.cache.pop((id(self), "extreme", i), None)
+        b.cache.pop((id(self), "counts"), None)
         for i, table in self.value_counts.items():
             counts = b.cache.pop((id(self), "values", i), None)
             if counts is not None:
@@ -1235,34 +1250,33 @@ class AggregateOp(Op):
         for table in self.value_counts.values():
             table.clear()
         sums = compute.query(self._group_sums_sql(f"({child_sql})"), **tables)
-        sums = normalise_floats(sums, [f"g{i}" for i in range(len(self.groups))])
+        sums = normalise_floats(sums, self.group_names)
         if self.groups:
             sums = sums.filter(pc.greater(sums.column("n"), 0))
         elif sums.num_rows == 0:
             return
-        names = [f"g{j}" for j in range(len(self.groups))]
-        on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names)
+        names = self.group_names
+        on = _same("s", "t", names)
+        counts = self._value_counts([c for _, c in [*self.distincts, *self.extremes]],
+                                    lambda q: compute.query(q, **tables), f"({child_sql})")  # fmt: skip
         for i, call in self.extremes:
-            counts = compute.query(self._value_counts_sql(call, f"({child_sql})"), **tables)
             found = self._extremes_sql(call, "p", extreme=f"m{i}", count=f"k{i}")
             sums = compute.query(
                 f'SELECT s.*, t."m{i}", coalesce(t."k{i}", 0) AS "k{i}" FROM s LEFT JOIN ({found}) t'
                 f" ON {on}",
-                s=sums, p=normalise_floats(counts, names),
+                s=sums, p=counts[call.result_id],
             )  # fmt: skip
         for i, call in self.distincts:
             table = self.value_counts[i]
-            counts = compute.query(self._value_counts_sql(call, f"({child_sql})"), **tables)
-            counts = normalise_floats(counts, names)
-            table.insert(counts.select(table.schema.names).cast(table.schema))
+            pairs = counts[call.result_id]
+            table.insert(pairs.select(table.schema.names).cast(table.schema))
             head = ", ".join(f'"{g}"' for g in names)
             per_group = (f'SELECT {head + ", " if head else ""}count(*) AS "n{i}" FROM t'
                          + (f" GROUP BY {head}" if head else ""))  # fmt: skip
-            on = " AND ".join(f's."{g}" IS NOT DISTINCT FROM t."{g}"' for g in names) or "TRUE"
             sums = compute.query(
                 f'SELECT s.* REPLACE (coalesce(t."n{i}", 0) AS "n{i}") FROM s'
                 f" LEFT JOIN ({per_group}) t ON {on}",
-                s=sums, t=counts,
+                s=sums, t=pairs,
             ).cast(sums.schema)  # fmt: skip
         self.state.insert(sums.select(self.state_schema.names).cast(self.state_schema))
 
