@@ -81,6 +81,23 @@ SHAPES: dict[str, str] = {
     # Expand's projections there)
     "multi_distinct_computed": "SELECT id % 7 AS g, COUNT(DISTINCT owner) AS o,"
     " COUNT(DISTINCT balance) AS b, SUM(balance) AS s FROM accounts GROUP BY id % 7",
+    # MIN/MAX whose groups cannot be read again (global, a computed key, over a join):
+    # every value's count kept in order; decimals below zero, a FILTER, MIN and MAX of
+    # one column sharing their counts, the extreme's last row leaving with and without
+    # a tie, the input emptied
+    "global_minmax": "SELECT MIN(credit) AS mc, MAX(credit) AS xc,"
+    " MAX(opened) FILTER (WHERE active) AS mf, COUNT(*) AS n FROM accounts",
+    "minmax_computed": "SELECT region % 2 AS r, MIN(balance) AS mn, MAX(credit) AS mx,"
+    " COUNT(*) AS n FROM accounts GROUP BY region % 2",
+    "global_max_join": "SELECT MAX(t.amount) AS mx, MIN(a.owner) AS mo, MIN(t.fee) AS mf"
+    " FROM transfers t JOIN accounts a ON t.src = a.id",
+    # Spark's rewrite of DISTINCT beside MAX, or with a FILTER: a MAX below the Expand,
+    # whose groups cannot be looked up
+    "distinct_beside_max": "SELECT owner, COUNT(DISTINCT region) AS dr,"
+    " COUNT(DISTINCT balance) AS db, MAX(credit) AS mx, SUM(balance) AS s"
+    " FROM accounts GROUP BY owner",
+    "distinct_filter": "SELECT owner, COUNT(DISTINCT region) FILTER (WHERE active) AS dr,"
+    " COUNT(*) AS n FROM accounts GROUP BY owner",
     # a computed group key (no lookup by group needed: nothing is read again)
     "distinct_computed": "SELECT balance % 3 AS m, COUNT(DISTINCT owner) AS d,"
     " COUNT(*) AS n FROM accounts GROUP BY balance % 3",

@@ -167,6 +167,54 @@ def test_a_kept_min_reads_its_group_only_when_no_row_holds_it_any_more(
         run.close()
 
 
+def test_a_global_min_reads_its_next_value_from_its_counts_in_order(
+    spark: SparkSession, compute: Compute, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A global MIN/MAX has no group to read again: it keeps every value's count, ordered
+    # (decimals by a text that orders as the numbers: "-0.01" < "-2.25" as text). When
+    # the extreme's last row leaves, the first values stored are read, one more than
+    # the batch emptied; the input is never read.
+    from .shapes import TABLES
+
+    views = {"low": "SELECT MIN(balance) AS mb, MIN(credit) AS mc, MAX(credit) AS xc"
+                    " FROM accounts"}  # fmt: skip
+    run = Run(Planned.of(spark, TABLES, views, tmp_path), ["low"], compute)
+    (op,) = [o for o in run.views["low"].ops() if isinstance(o, AggregateOp)]
+    assert op.ordered and op.value_counts[1] is op.value_counts[2]  # MIN, MAX of credit
+    limits: list[int] = []
+    real = type(op.value_counts[1]).first
+
+    def first(table: Any, *args: Any, limit: int, **kwargs: Any) -> Any:
+        limits.append(limit)
+        return real(table, *args, limit=limit, **kwargs)
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the input was read")
+
+    monkeypatch.setattr(type(op.value_counts[1]), "first", first)
+    monkeypatch.setattr(op.child, "lookup", no_read)
+    credit = [Decimal(c) for c in ("-2.25", "-0.01", "-1.00", "-0.50", "-0.25", "-0.10")]
+    balance = (0, 0, 5, 9, 7, 8)
+    try:
+        run.load({"accounts": [_account(k + 1, balance=b, credit=c)
+                               for k, (b, c) in enumerate(zip(balance, credit, strict=True))],
+                  "transfers": []})  # fmt: skip
+        run.step([("accounts", 1, _account(1, balance=3, credit=credit[0]))])  # a tie at 0
+        assert run.outputs["low"] == Counter({(0, Decimal("-2.25"), Decimal("-0.01")): 1})
+        assert limits == []
+        run.step([("accounts", 2, None),  # the last 0 and the greatest credit leave
+                  ("accounts", 1, _account(1, balance=3, credit=Decimal("-0.75")))])  # fmt: skip
+        # MIN(balance): 0 emptied, two read; MIN(credit): -2.25 and -0.01 emptied, three
+        # read (in the text's order: -0.01, -0.10, -0.25, wrong); MAX(credit): three too
+        assert run.outputs["low"] == Counter({(3, Decimal("-1.00"), Decimal("-0.10")): 1})
+        assert sorted(limits) == [2, 3, 3]
+        run.step([("accounts", k, None) for k in (1, 3, 4, 5, 6)])  # the input emptied
+        assert run.outputs["low"] == Counter({(None, None, None): 1})
+        assert spark_check(spark, run, views) == len(views) * 4
+    finally:
+        run.close()
+
+
 # Found by an outside check of expression semantics (incremental against Spark).
 GUARDED = {
     # AND / OR outside a filter: Spark evaluates the right side only where the left side

@@ -204,6 +204,23 @@ class KeyedTable:
             ).fetchall()
             yield from_rows(rows, out_schema)
 
+    def first(self, columns: Sequence[str], key: pa.Table, order: str, *, limit: int,
+              descending: bool = False) -> pa.Table:  # fmt: skip
+        """The first ``limit`` rows by ``order`` (last, if ``descending``) among those
+        whose ``columns`` equal ``key``'s one row, NULL matching NULL. Uses the index on
+        ``columns`` and ``order`` (create it with :meth:`ensure_index`)."""
+        values = to_rows(normalise_floats(key.select(columns), columns))[0] if columns else ()
+        where = [f"{quote_name(c)} IS NULL" if v is None else f"{quote_name(c)} = ?"
+                 for c, v in zip(columns, values, strict=True)]  # fmt: skip
+        cols = ", ".join(quote_name(n) for n in self.schema.names)
+        rows = self.db.execute(
+            f"SELECT rowid, {cols} FROM {quote_name(self.name)}"
+            f"{' WHERE ' + ' AND '.join(where) if where else ''}"
+            f" ORDER BY {quote_name(order)}{' DESC' if descending else ''} LIMIT ?",
+            [*(v for v in values if v is not None), limit],
+        ).fetchall()
+        return from_rows(rows, pa.schema([(ROWID, pa.int64()), *self.schema]))
+
     def scan(
         self, *, batch_rows: int = _LOOKUP_CHUNK, with_rowid: bool = False
     ) -> Iterator[pa.Table]:

@@ -20,12 +20,15 @@ The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` it
   exact sums (state in SQLite), so a group whose last row leaves disappears (its count,
   not its sum, is zero), a SUM over only NULLs stays NULL, and a global aggregate keeps
   its one row over empty input; COUNT(DISTINCT) keeps how many rows hold each (group,
-  value); a grouped MIN or MAX keeps each group's extreme and how many rows hold it,
-  and reads the group's input rows again only when a batch takes the last of them (all
-  three over types other than floating point);
-- any other aggregate (MIN, MAX or COUNT(DISTINCT) of floating-point values, several
-  DISTINCT aggregates, which Spark plans through an Expand) is recomputed for the groups
-  the batch touched, from the input rows of those groups (looked up by the group key);
+  value); a MIN or MAX keeps each group's extreme and how many rows hold it, and reads
+  the group's input rows again only when a batch takes the last of them, or, where
+  they cannot be looked up (a global one, a computed group key), keeps every value's
+  count in order and reads the next values from there (all three over types other than
+  floating point);
+- any other aggregate (MIN, MAX or COUNT(DISTINCT) of floating-point values, the FIRST
+  of Spark's rewrite of several DISTINCT aggregates through an Expand) is recomputed
+  for the groups the batch touched, from the input rows of those groups (looked up by
+  the group key);
 - anything else is not maintained here: :class:`~deltamv.views.expr.Unsupported` names
   the reason and the view is recomputed by Spark.
 
@@ -796,6 +799,17 @@ _EXACT_ORDER = frozenset(("long", "integer", "short", "byte", "string", "date", 
                           "timestamp_ntz", "boolean"))  # fmt: skip
 
 
+def _order_key(value: str) -> str:
+    """SQL over a decimal ``value`` (a column's SQL) of a text that SQLite orders as
+    the numbers (it stores decimals as text, see :mod:`deltamv.state.codec`): the sign,
+    then the unscaled digits at a fixed width, in nines' complement below zero. Other
+    exact values are stored as integers, or as text compared by its UTF-8 bytes: in
+    order already."""
+    digits = f"""lpad(replace(replace(CAST({value} AS VARCHAR), '-', ''), '.', ''), 40, '0')"""
+    return (f"""CASE WHEN {value} < 0 THEN '0' || translate({digits}, '0123456789', '9876543210')"""
+            f" ELSE '1' || {digits} END")  # fmt: skip
+
+
 def _agg_calls(items: Sequence[tuple[Attr, Expr]]) -> list[AggCall]:
     calls: dict[int, AggCall] = {}
     for _, e in items:
@@ -909,14 +923,20 @@ class AggregateOp(Op):
             for i, g in enumerate(self.groups):
                 if inner == g:
                     self.out_group[attr.id] = i
-        if not self.kept or self.extremes:  # (a group whose MIN leaves is recomputed)
-            if self.groups and (any(r is None for r in self.group_refs)
-                                or not child.can_lookup(self.group_refs)):  # type: ignore[arg-type]  # fmt: skip
-                raise Unsupported("an aggregate whose groups cannot be looked up in its input")
-            if not self.groups:
+        # A MIN/MAX whose groups can be looked up reads a group's input rows again when
+        # its extreme leaves; else (global, or a computed group key) it keeps every
+        # value's count, in order (``ordered``), and reads the next value from there.
+        self.ordered = False
+        if (not self.kept or self.extremes) and (
+                not self.groups or any(r is None for r in self.group_refs)
+                or not child.can_lookup(self.group_refs)):  # type: ignore[arg-type]  # fmt: skip
+            if not self.kept:
                 raise Unsupported(
-                    "a global aggregate other than COUNT, COUNT(DISTINCT), SUM and AVG of exact values"
-                )
+                    "an aggregate whose groups cannot be looked up in its input"
+                    if self.groups else "a global aggregate other than COUNT, SUM, AVG,"
+                    " MIN, MAX and COUNT(DISTINCT) of exact values"
+                )  # fmt: skip
+            self.ordered = True
         self.state: KeyedTable | None = None
         # Per COUNT(DISTINCT) of kept state: how many input rows hold each (group, value);
         # the function is the number of values with a count.
@@ -945,6 +965,18 @@ class AggregateOp(Op):
                                     pa.field("v", arrow_type(result_type(call.args[0]))),
                                     pa.field("c", pa.int64())])  # fmt: skip
                 self.value_counts[i] = state(f"{name}_d{i}", schema, [schema.names[:-1]])
+            by_value: dict[str, KeyedTable] = {}  # MIN(x) and MAX(x) share one table
+            for i, call in self.extremes if self.ordered else ():
+                value = _filtered(call, sql(call.args[0], _col))
+                if value not in by_value:
+                    value_type = arrow_type(result_type(call.args[0]))
+                    order = [pa.field("o", pa.string())] if pa.types.is_decimal(value_type) else []
+                    schema = pa.schema([*fields[: len(self.groups)], pa.field("v", value_type),
+                                        *order, pa.field("c", pa.int64())])  # fmt: skip
+                    keys = [[*self.group_names, "v"]]
+                    keys += [[*self.group_names, "o"]] if order else []
+                    by_value[value] = state(f"{name}_d{i}", schema, keys)
+                self.value_counts[i] = by_value[value]
         self.items_sql = {
             attr.id: _replace_aggs(
                 e, {c.result_id: f'"v{c.result_id}"' for c in self.calls}, _col, self.groups
@@ -1058,6 +1090,8 @@ class AggregateOp(Op):
             out = self._distinct_changes(b, out, counts)
         if self.extremes:
             out = self._extreme_changes(b, out, counts)
+        for i, call in self.extremes if self.ordered else ():
+            self._pair_counts(b, self.value_counts[i], counts[call.result_id])
         moved = [pc.not_equal(out.column(c), pa.scalar(0, out.schema.field(c).type))
                  for c in self.sum_cols]  # fmt: skip
         moved += [pc.is_valid(out.column(f"a{i}")) for i, _ in self.extremes]
@@ -1086,9 +1120,9 @@ class AggregateOp(Op):
         count above 0 in ``counts`` (a relation of :meth:`_value_counts`), and its count."""
         names = ", ".join(f'"{g}"' for g in self.group_names)
         fn = call.function.lower()
-        return (f'SELECT {names}, {fn}("v") FILTER (WHERE "c" > 0) AS "{extreme}",'
-                f' arg_{fn}("c", "v") FILTER (WHERE "c" > 0) AS "{count}"'
-                f" FROM {counts} GROUP BY {names}")  # fmt: skip
+        return (f'SELECT {names + ", " if names else ""}{fn}("v") FILTER (WHERE "c" > 0)'
+                f' AS "{extreme}", arg_{fn}("c", "v") FILTER (WHERE "c" > 0) AS "{count}"'
+                f" FROM {counts}{' GROUP BY ' + names if names else ''}")  # fmt: skip
 
     def _extreme_changes(self, b: Batch, change: pa.Table, counts: Mapping[int, pa.Table]
                          ) -> pa.Table:  # fmt: skip
@@ -1112,19 +1146,9 @@ class AggregateOp(Op):
         the change of each value's count). The values' new counts are kept for
         :meth:`finish`."""
         names = self.group_names
-        on = _same("p", "o", [*names, "v"])
         by = _same("x", "t", names)
         for i, call in self.distincts:
-            table = self.value_counts[i]
-            pairs = counts[call.result_id]
-            old = table.lookup([*names, "v"], pairs.select([*names, "v"]), null_safe=True)
-            counts = b.compute.query(
-                f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"),'
-                f' coalesce(o."c", 0) AS "old", o."{ROWID}" AS "{ROWID}"'
-                f" FROM p LEFT JOIN o ON {on}",
-                p=pairs, o=old,
-            )  # fmt: skip
-            b.cache[(id(self), "values", i)] = counts
+            pairs = self._pair_counts(b, self.value_counts[i], counts[call.result_id])
             head = ", ".join(f'"{g}"' for g in names)
             moved = (f'SELECT {head + ", " if head else ""}CAST(sum(CASE WHEN "old" = 0'
                      f' THEN 1 WHEN "c" = 0 THEN -1 ELSE 0 END) AS BIGINT) AS "n{i}"'
@@ -1133,9 +1157,26 @@ class AggregateOp(Op):
             change = b.compute.query(
                 f'SELECT x.* REPLACE (x."n{i}" + coalesce(t."n{i}", 0) AS "n{i}")'
                 f" FROM x LEFT JOIN ({moved}) t ON {by}",
-                x=change, t=counts,
+                x=change, t=pairs,
             ).cast(change.schema)  # fmt: skip
         return change
+
+    def _pair_counts(self, b: Batch, table: KeyedTable, change: pa.Table) -> pa.Table:
+        """The (group, value) pairs of ``change`` (the change of their counts of rows)
+        with their new count ``c``, the ``old`` one and the ``table`` row holding it,
+        once per batch and table; :meth:`finish` writes them."""
+        key = (id(self), "values", table.name)
+        if key not in b.cache:
+            names = [*self.group_names, "v"]
+            old = table.lookup(names, change.select(names), null_safe=True)
+            order = f', {_order_key("p.v")} AS "o"' if "o" in table.schema.names else ""
+            b.cache[key] = b.compute.query(
+                f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"){order},'
+                f' coalesce(o."c", 0) AS "old", o."{ROWID}" AS "{ROWID}"'
+                f' FROM p LEFT JOIN o ON {_same("p", "o", names)}',
+                p=change, o=old,
+            )  # fmt: skip
+        return b.cache[key]
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
         assert self.state is not None
@@ -1187,9 +1228,12 @@ class AggregateOp(Op):
 
     def _refresh(self, b: Batch, states: pa.Table, stale: pa.ChunkedArray) -> pa.Table:
         """``states`` with each MIN/MAX of its ``stale`` groups (a batch removed their
-        extreme) taken again from those groups' input rows after the batch."""
+        extreme) taken again from those groups' input rows after the batch (or from
+        their values' counts, where they are kept: :meth:`_next_values`)."""
         if not pc.any(stale).as_py():
             return states
+        if self.ordered:
+            return self._next_values(b, states, stale)
         refs = [r for r in self.group_refs if r is not None]
         keys = states.filter(stale).select(self.group_names).rename_columns([r.col for r in refs])
         rows = self.child.lookup(b, refs, keys, new=True, null_safe=[True] * len(refs))
@@ -1205,6 +1249,43 @@ class AggregateOp(Op):
             states = b.compute.query(
                 f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN ({fresh}) f ON {on}",
                 s=states, p=counts[call.result_id],
+            ).cast(states.schema)  # fmt: skip
+        return states.drop_columns([_STALE])
+
+    def _next_values(self, b: Batch, states: pa.Table, stale: pa.ChunkedArray) -> pa.Table:
+        """``states`` with each MIN/MAX of its ``stale`` groups taken from the values'
+        counts: the least (MIN) values stored before the batch, as many as the batch
+        took the last row of, plus one, with the counts the batch changed applied. The
+        new extreme is among them, or among the values the batch added."""
+        names = self.group_names
+        groups = states.filter(stale).select(names)
+        states = states.append_column(_STALE, stale)
+        on = _same("s", "f", names)
+        for i, call in self.extremes:
+            table = self.value_counts[i]
+            pairs = b.cache[(id(self), "values", table.name)]
+            gone = b.compute.query(
+                f'SELECT g.*, CAST(count(p."v") AS BIGINT) AS "gone" FROM g LEFT JOIN p'
+                f' ON {_same("g", "p", names)} AND p."old" > 0 AND p."c" = 0 GROUP BY ALL',
+                g=groups, p=pairs,
+            ) if names else b.compute.query(
+                'SELECT CAST(count(*) AS BIGINT) AS "gone" FROM p WHERE "old" > 0 AND "c" = 0',
+                p=pairs,
+            )  # fmt: skip
+            order = "o" if "o" in table.schema.names else "v"
+            first = [table.first(names, gone.slice(r, 1), order, limit=gone["gone"][r].as_py() + 1,
+                                 descending=call.function == "Max")
+                     for r in range(gone.num_rows)]  # fmt: skip
+            stored = pa.concat_tables(first).select([*names, "v", "c"])
+            both = ", ".join(f'coalesce(p."{c}", w."{c}") AS "{c}"' for c in [*names, "v", "c"])
+            now = f"SELECT {both} FROM w FULL JOIN p ON {_same('w', 'p', [*names, 'v'])}"
+            fresh = self._extremes_sql(call, f"({now})", extreme=f"m{i}", count=f"k{i}")
+            patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN coalesce(f."{x}{i}", {none})'
+                                f' ELSE s."{x}{i}" END AS "{x}{i}"'
+                                for x, none in (("m", "NULL"), ("k", "0")))  # fmt: skip
+            states = b.compute.query(
+                f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN ({fresh}) f ON {on}",
+                s=states, w=stored, p=pairs.select([*names, "v", "c"]),
             ).cast(states.schema)  # fmt: skip
         return states.drop_columns([_STALE])
 
@@ -1234,8 +1315,8 @@ class AggregateOp(Op):
             keep = new if not self.groups else new.filter(pc.greater(new.column("n"), 0))
             self.state.insert(keep.drop_columns([ROWID]))
         b.cache.pop((id(self), "counts"), None)
-        for i, table in self.value_counts.items():
-            counts = b.cache.pop((id(self), "values", i), None)
+        for table in {t.name: t for t in self.value_counts.values()}.values():
+            counts = b.cache.pop((id(self), "values", table.name), None)
             if counts is not None:
                 table.delete([r for r in counts.column(ROWID).to_pylist() if r is not None])
                 kept = counts.filter(pc.greater(counts.column("c"), 0))
@@ -1266,10 +1347,17 @@ class AggregateOp(Op):
                 f" ON {on}",
                 s=sums, p=counts[call.result_id],
             )  # fmt: skip
-        for i, call in self.distincts:
+        stored = set()
+        for i, call in [*self.distincts, *(self.extremes if self.ordered else ())]:
             table = self.value_counts[i]
             pairs = counts[call.result_id]
-            table.insert(pairs.select(table.schema.names).cast(table.schema))
+            if table.name not in stored:
+                if "o" in table.schema.names:
+                    pairs = compute.query(f'SELECT *, {_order_key("v")} AS "o" FROM p', p=pairs)
+                table.insert(pairs.select(table.schema.names).cast(table.schema))
+                stored.add(table.name)
+            if not call.distinct_count:
+                continue
             head = ", ".join(f'"{g}"' for g in names)
             per_group = (f'SELECT {head + ", " if head else ""}count(*) AS "n{i}" FROM t'
                          + (f" GROUP BY {head}" if head else ""))  # fmt: skip
@@ -1550,7 +1638,7 @@ class ViewMaintainer:
         kinds = []
         for op in self.ops():
             if isinstance(op, AggregateOp) and op.kept:
-                kinds += [f"{op.name}:extremes"] * bool(op.extremes)
+                kinds += [f"{op.name}:{'ordered-' * op.ordered}extremes"] * bool(op.extremes)
                 kinds += [f"{op.name}:distinct"] * bool(op.distincts)
         return " ".join(kinds)
 
