@@ -13,7 +13,7 @@ Two checks of every shape in :mod:`.shapes` (each also classified incremental by
   plan's full evaluation in DuckDB (``full_sql``), which ``test_matches_spark`` holds to
   Spark's.
 
-Spark checks one seeded sequence in the default run and Hypothesis 170 per shape, on
+Spark checks one seeded sequence in the default run and Hypothesis 130 per shape, on
 worker processes (:mod:`.workers`); ``-m slow`` runs ten and 1,000.
 """
 
@@ -60,7 +60,7 @@ def test_matches_spark_many(spark: SparkSession, planned: Planned, compute: Comp
 
 
 # Hypothesis sequences per shape: the default run, and ``-m slow``.
-EXAMPLES = 170
+EXAMPLES = 130
 MANY_EXAMPLES = 1000
 
 
