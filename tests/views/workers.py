@@ -9,6 +9,7 @@ sequence included).
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import traceback
@@ -61,6 +62,7 @@ _worker: dict[str, Any] = {}
 
 
 def _start(planned: Planned) -> None:
+    faulthandler.enable()  # a worker that crashes says where (the pool only says it died)
     _worker["planned"] = planned
     _worker["compute"] = Compute(threads=1, memory_limit="256MB")
 
