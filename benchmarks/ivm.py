@@ -35,6 +35,19 @@ EXTRA_VIEWS = {
     "distinct_by_owner": (
         "SELECT owner, COUNT(DISTINCT balance) AS balances FROM accounts GROUP BY owner"
     ),
+    # MIN/MAX without groups to read again: every value's count kept in order
+    "extremes_global": (
+        "SELECT MIN(balance) AS low, MAX(balance) AS high, COUNT(*) AS accounts FROM accounts"
+    ),
+    "extremes_by_bucket": (
+        "SELECT id % 1000 AS bucket, MIN(balance) AS low, MAX(balance) AS high"
+        " FROM accounts GROUP BY id % 1000"
+    ),
+    # the same with a value per account: as many values' counts as accounts
+    "extremes_unique": (
+        "SELECT MIN(balance * 100000000 + id) AS low, MAX(balance * 100000000 + id) AS high"
+        " FROM accounts"
+    ),
 }
 SHAPES = {
     "global aggregate": "total_balance",
@@ -43,6 +56,7 @@ SHAPES = {
     "aggregate over join": "moved_by_owner",
     "MIN/MAX per group": "extremes_by_owner",
     "COUNT(DISTINCT) per group": "distinct_by_owner",
+    "global MIN/MAX": "extremes_global",
 }
 ALL_VIEWS = {**BANK_VIEWS, **JOIN_VIEWS}
 
