@@ -208,9 +208,13 @@ def test_a_global_min_reads_its_next_value_from_its_counts_in_order(
         # read (in the text's order: -0.01, -0.10, -0.25, wrong); MAX(credit): three too
         assert run.outputs["low"] == Counter({(3, Decimal("-1.00"), Decimal("-0.10")): 1})
         assert sorted(limits) == [2, 3, 3]
+        run.step([("accounts", 1, _account(1, balance=10, credit=Decimal("-0.75")))])
+        # only MIN(balance) left its value: the credits' counts are not read
+        assert run.outputs["low"] == Counter({(5, Decimal("-1.00"), Decimal("-0.10")): 1})
+        assert sorted(limits) == [2, 2, 3, 3]
         run.step([("accounts", k, None) for k in (1, 3, 4, 5, 6)])  # the input emptied
         assert run.outputs["low"] == Counter({(None, None, None): 1})
-        assert spark_check(spark, run, views) == len(views) * 4
+        assert spark_check(spark, run, views) == len(views) * 5
     finally:
         run.close()
 

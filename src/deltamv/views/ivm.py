@@ -66,7 +66,7 @@ from deltamv.views.plan import Attr, Expr, Node, short_class
 __all__ = ["Batch", "Op", "ViewMaintainer", "W", "arrow_type", "compile_view", "consolidate"]
 
 W = "__w"
-_STALE = "__stale"  # a group whose MIN or MAX the batch removed
+_STALE = "__stale"  # + i: a group whose MIN or MAX i the batch removed
 
 
 # -- types and Z-set helpers ------------------------------------------------------------
@@ -810,6 +810,17 @@ def _order_key(value: str) -> str:
             f" ELSE '1' || {digits} END")  # fmt: skip
 
 
+def _global_reason(calls: Sequence[AggCall]) -> str:
+    """Why a global aggregate keeps no state (one of its ``calls`` cannot)."""
+    call = next(c for c in calls if not (c.linear or c.extreme or c.distinct_count))
+    if call.function == "First":  # Spark's rewrite of several DISTINCT aggregates
+        return ("a global aggregate of several DISTINCT aggregates beside other functions,"
+                " or of one with a FILTER (Spark's rewrite takes their values with FIRST)")  # fmt: skip
+    return ("a global aggregate other than COUNT, SUM, AVG, MIN, MAX and COUNT(DISTINCT) of"
+            f" exact values: {call.function.upper()} of {result_type(call.args[0])}"
+            if call.args else f"a global aggregate of {call.function}")  # fmt: skip
+
+
 def _agg_calls(items: Sequence[tuple[Attr, Expr]]) -> list[AggCall]:
     calls: dict[int, AggCall] = {}
     for _, e in items:
@@ -931,11 +942,9 @@ class AggregateOp(Op):
                 not self.groups or any(r is None for r in self.group_refs)
                 or not child.can_lookup(self.group_refs)):  # type: ignore[arg-type]  # fmt: skip
             if not self.kept:
-                raise Unsupported(
-                    "an aggregate whose groups cannot be looked up in its input"
-                    if self.groups else "a global aggregate other than COUNT, SUM, AVG,"
-                    " MIN, MAX and COUNT(DISTINCT) of exact values"
-                )  # fmt: skip
+                if self.groups:
+                    raise Unsupported("an aggregate whose groups cannot be looked up in its input")
+                raise Unsupported(_global_reason(self.calls))
             self.ordered = True
         self.state: KeyedTable | None = None
         # Per COUNT(DISTINCT) of kept state: how many input rows hold each (group, value);
@@ -1207,15 +1216,14 @@ class AggregateOp(Op):
             left = f'coalesce(o."n{i}", 0) + coalesce(c."n{i}", 0) > 0'
             new = f'(c."a{i}" IS NOT NULL AND coalesce(c."a{i}" {beyond} o."m{i}", TRUE))'
             held = f'coalesce(o."k{i}", 0) + coalesce(p{i}."c", 0)'
-            stale.append(f"({left} AND NOT {new} AND {held} <= 0)")
+            stale.append(f'({left} AND NOT {new} AND {held} <= 0) AS "{_STALE}{i}"')
             vals.append(f'CASE WHEN NOT {left} THEN NULL WHEN {new} THEN c."a{i}"'
                         f' WHEN {held} > 0 THEN o."m{i}" END AS "m{i}"')  # fmt: skip
             vals.append(f'CASE WHEN NOT {left} THEN 0 WHEN {new} THEN c."w{i}"'
                         f' WHEN {held} > 0 THEN {held} ELSE 0 END AS "k{i}"')  # fmt: skip
             joins += f' LEFT JOIN p{i} ON {_same(f"p{i}", "o", names)} AND p{i}."v" = o."m{i}"'
             tables[f"p{i}"] = b.cache[(id(self), "counts")][call.result_id]
-        if stale:
-            vals.append(f'{" OR ".join(stale)} AS "{_STALE}"')
+        vals += stale
         head = f"{keys}, " if keys else ""
         merged = b.compute.query(
             f'SELECT {head}{", ".join(vals)}, o."{ROWID}" AS "{ROWID}"'
@@ -1224,44 +1232,54 @@ class AggregateOp(Op):
         )
         states = merged.select([*self.state_schema.names, ROWID]).cast(
             pa.schema([*self.state_schema, pa.field(ROWID, pa.int64())]))  # fmt: skip
-        return self._refresh(b, states, merged.column(_STALE)) if stale else states
-
-    def _refresh(self, b: Batch, states: pa.Table, stale: pa.ChunkedArray) -> pa.Table:
-        """``states`` with each MIN/MAX of its ``stale`` groups (a batch removed their
-        extreme) taken again from those groups' input rows after the batch (or from
-        their values' counts, where they are kept: :meth:`_next_values`)."""
-        if not pc.any(stale).as_py():
+        flags = {i: merged.column(f"{_STALE}{i}") for i, _ in self.extremes}
+        if not any(pc.any(f).as_py() for f in flags.values()):
             return states
         if self.ordered:
-            return self._next_values(b, states, stale)
+            return self._next_values(b, states, flags)
+        return self._refresh(b, states, flags)
+
+    def _refresh(self, b: Batch, states: pa.Table, stale: Mapping[int, pa.ChunkedArray]
+                 ) -> pa.Table:  # fmt: skip
+        """``states`` with each MIN/MAX ``i`` of its ``stale[i]`` groups (a batch removed
+        their extreme) taken again from those groups' input rows after the batch."""
         refs = [r for r in self.group_refs if r is not None]
-        keys = states.filter(stale).select(self.group_names).rename_columns([r.col for r in refs])
+        anyone = functools.reduce(pc.or_, stale.values())
+        keys = states.filter(anyone).select(self.group_names).rename_columns([r.col for r in refs])
         rows = self.child.lookup(b, refs, keys, new=True, null_safe=[True] * len(refs))
         on = _same("s", "f", self.group_names)
-        states = states.append_column(_STALE, stale)
+        for i, flag in stale.items():
+            states = states.append_column(f"{_STALE}{i}", flag)
         counts = self._value_counts([c for _, c in self.extremes],
                                     lambda q: b.compute.query(q, d=rows), "d")  # fmt: skip
         for i, call in self.extremes:
             fresh = self._extremes_sql(call, "p", extreme=f"m{i}", count=f"k{i}")
-            patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN coalesce(f."{x}{i}", {none})'
-                                f' ELSE s."{x}{i}" END AS "{x}{i}"'
-                                for x, none in (("m", "NULL"), ("k", "0")))  # fmt: skip
             states = b.compute.query(
-                f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN ({fresh}) f ON {on}",
+                f"SELECT s.* REPLACE ({self._patched(i)}) FROM s LEFT JOIN ({fresh}) f ON {on}",
                 s=states, p=counts[call.result_id],
             ).cast(states.schema)  # fmt: skip
-        return states.drop_columns([_STALE])
+        return states.drop_columns([f"{_STALE}{i}" for i in stale])
 
-    def _next_values(self, b: Batch, states: pa.Table, stale: pa.ChunkedArray) -> pa.Table:
-        """``states`` with each MIN/MAX of its ``stale`` groups taken from the values'
-        counts: the least (MIN) values stored before the batch, as many as the batch
-        took the last row of, plus one, with the counts the batch changed applied. The
-        new extreme is among them, or among the values the batch added."""
+    @staticmethod
+    def _patched(i: int) -> str:
+        """SQL of MIN/MAX ``i``'s state columns: from ``f`` (the extremes taken again)
+        in the groups flagged stale, else from ``s`` (the merged states)."""
+        return ", ".join(f'CASE WHEN s."{_STALE}{i}" THEN coalesce(f."{x}{i}", {none})'
+                         f' ELSE s."{x}{i}" END AS "{x}{i}"'
+                         for x, none in (("m", "NULL"), ("k", "0")))  # fmt: skip
+
+    def _next_values(self, b: Batch, states: pa.Table, stale: Mapping[int, pa.ChunkedArray]
+                     ) -> pa.Table:  # fmt: skip
+        """``states`` with each MIN/MAX ``i`` of its ``stale[i]`` groups taken from the
+        values' counts: the least (MIN) values stored before the batch, as many as the
+        batch took the last row of, plus one, with the counts the batch changed applied.
+        The new extreme is among them, or among the values the batch added."""
         names = self.group_names
-        groups = states.filter(stale).select(names)
-        states = states.append_column(_STALE, stale)
         on = _same("s", "f", names)
         for i, call in self.extremes:
+            if not pc.any(stale[i]).as_py():
+                continue
+            groups = states.filter(stale[i]).select(names)
             table = self.value_counts[i]
             pairs = b.cache[(id(self), "values", table.name)]
             gone = b.compute.query(
@@ -1280,14 +1298,13 @@ class AggregateOp(Op):
             both = ", ".join(f'coalesce(p."{c}", w."{c}") AS "{c}"' for c in [*names, "v", "c"])
             now = f"SELECT {both} FROM w FULL JOIN p ON {_same('w', 'p', [*names, 'v'])}"
             fresh = self._extremes_sql(call, f"({now})", extreme=f"m{i}", count=f"k{i}")
-            patched = ", ".join(f'CASE WHEN s."{_STALE}" THEN coalesce(f."{x}{i}", {none})'
-                                f' ELSE s."{x}{i}" END AS "{x}{i}"'
-                                for x, none in (("m", "NULL"), ("k", "0")))  # fmt: skip
+            flagged = states.append_column(f"{_STALE}{i}", stale[i])
             states = b.compute.query(
-                f"SELECT s.* REPLACE ({patched}) FROM s LEFT JOIN ({fresh}) f ON {on}",
-                s=states, w=stored, p=pairs.select([*names, "v", "c"]),
+                f'SELECT s.* EXCLUDE ("{_STALE}{i}") REPLACE ({self._patched(i)})'
+                f" FROM s LEFT JOIN ({fresh}) f ON {on}",
+                s=flagged, w=stored, p=pairs.select([*names, "v", "c"]),
             ).cast(states.schema)  # fmt: skip
-        return states.drop_columns([_STALE])
+        return states
 
     def _kept_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
         change = self._group_sums(b, rows, relation)
@@ -1317,10 +1334,13 @@ class AggregateOp(Op):
         b.cache.pop((id(self), "counts"), None)
         for table in {t.name: t for t in self.value_counts.values()}.values():
             counts = b.cache.pop((id(self), "values", table.name), None)
-            if counts is not None:
-                table.delete([r for r in counts.column(ROWID).to_pylist() if r is not None])
-                kept = counts.filter(pc.greater(counts.column("c"), 0))
-                table.insert(kept.select(table.schema.names).cast(table.schema))
+            if counts is not None:  # counts set in place: their row's indexes stay as they are
+                stored = pc.is_valid(counts.column(ROWID))
+                held = pc.greater(counts.column("c"), 0)
+                table.delete(counts.filter(pc.and_not(stored, held)).column(ROWID).to_pylist())
+                table.update(counts.filter(pc.and_(stored, held)).select([ROWID, "c"]))
+                added = counts.filter(pc.and_not(held, stored))
+                table.insert(added.select(table.schema.names).cast(table.schema))
         super().finish(b)
 
     def build(self, compute: Compute, child_sql: str, tables: Mapping[str, pa.Table]) -> None:
