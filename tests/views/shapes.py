@@ -96,6 +96,8 @@ SHAPES: dict[str, str] = {
     "distinct_beside_max": "SELECT owner, COUNT(DISTINCT region) AS dr,"
     " COUNT(DISTINCT balance) AS db, MAX(credit) AS mx, SUM(balance) AS s"
     " FROM accounts GROUP BY owner",
+    "multi_distinct_global": "SELECT COUNT(DISTINCT owner) AS o, COUNT(DISTINCT balance) AS b"
+    " FROM accounts",
     "distinct_filter": "SELECT owner, COUNT(DISTINCT region) FILTER (WHERE active) AS dr,"
     " COUNT(*) AS n FROM accounts GROUP BY owner",
     # a computed group key (no lookup by group needed: nothing is read again)
@@ -175,6 +177,17 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "inner join without an equality between the two sides",
     ),
     "sum_double": ("SELECT SUM(rate) AS s FROM accounts", "SUM of floating-point values"),
+    # global: no group to read again, and no state kept for these
+    "global_min_double": (
+        "SELECT MIN(rate) AS m FROM accounts",
+        "a global aggregate other than COUNT, SUM, AVG, MIN, MAX and COUNT(DISTINCT) of exact"
+        " values: MIN of double",
+    ),
+    "global_distinct_beside_max": (  # an outside check expected it incremental
+        "SELECT COUNT(DISTINCT region) AS dr, COUNT(DISTINCT balance) AS db,"
+        " MAX(credit) AS mx FROM accounts",
+        "a global aggregate of several DISTINCT aggregates beside other functions",
+    ),
     "avg_double": ("SELECT owner, AVG(rate) AS r FROM accounts GROUP BY owner", "AVG of double"),
     "random": ("SELECT id, rand() AS r FROM accounts", "Rand"),
     # Spark rounds the product to DECIMAL(38,6); the exact one outgrows DECIMAL(38)
