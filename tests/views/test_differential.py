@@ -13,14 +13,14 @@ Two checks of every shape in :mod:`.shapes` (each also classified incremental by
   plan's full evaluation in DuckDB (``full_sql``), which ``test_matches_spark`` holds to
   Spark's.
 
-Spark checks one seeded sequence in the default run and Hypothesis 130 per shape, on
-worker processes (:mod:`.workers`); ``-m slow`` runs ten and 1,000.
+Spark checks one seeded sequence in the default run and Hypothesis 130 per shape
+(``fixtures.EXAMPLES``), on worker processes (:mod:`.workers`) that start with the run's
+first test (the root ``conftest.py``); ``-m slow`` runs ten and 1,000.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from concurrent.futures import Future
 
 import pytest
@@ -28,6 +28,7 @@ from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
 
+from .fixtures import EXAMPLES
 from .harness import Planned, Run, spark_check
 from .shapes import SHAPES
 from .strategies import random_batch, random_snapshot
@@ -59,21 +60,7 @@ def test_matches_spark_many(spark: SparkSession, planned: Planned, compute: Comp
     _spark_sequences(spark, planned, compute, seeds=range(100, 110), length=10)
 
 
-# Hypothesis sequences per shape: the default run, and ``-m slow``.
-EXAMPLES = 130
-MANY_EXAMPLES = 1000
-
-
-@pytest.fixture(scope="module")
-def workers(planned: Planned) -> Iterator[Workers]:
-    pool = Workers(planned)
-    yield pool
-    pool.close()
-
-
-@pytest.fixture(scope="module")
-def default_runs(workers: Workers) -> dict[str, Future[Outcome]]:
-    return workers.submit(sorted(SHAPES), EXAMPLES)
+MANY_EXAMPLES = 1000  # Hypothesis sequences per shape with ``-m slow``
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,8 @@
 
 Maintenance and its check (:mod:`.harness`) run on DuckDB alone; Spark only plans the
 shapes, once, in the test process. So each shape's sequences run in a worker process of
-their own, all shapes queued at once, and a test waits for its shape's result. A worker
+their own, all shapes queued at once (with the run's first test, at the lowest
+priority: the root ``conftest.py``), and a test waits for its shape's result. A worker
 returns how many sequences it ran, or the failure as Hypothesis reports it (the shrunk
 sequence included).
 """
@@ -63,6 +64,7 @@ _worker: dict[str, Any] = {}
 
 def _start(planned: Planned) -> None:
     faulthandler.enable()  # a worker that crashes says where (the pool only says it died)
+    os.nice(19)  # the sequences run beside the other tests and yield the cores to them
     _worker["planned"] = planned
     _worker["compute"] = Compute(threads=1, memory_limit="256MB")
 

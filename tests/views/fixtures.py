@@ -1,6 +1,15 @@
+"""The views' shared fixtures, a plugin of the root ``conftest.py`` (so that it can
+start the differential sequences with the run's first test, see there).
+
+``compute``, ``viewset`` and ``planned`` are once per run; ``default_runs`` is every
+shape's Hypothesis sequences queued on :class:`.workers.Workers`, whose results
+``test_matches_full_evaluation`` waits for.
+"""
+
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
@@ -13,6 +22,10 @@ from deltamv.state.store import StateStore
 
 from .harness import Planned, job_config
 from .shapes import RECOMPUTE, SHAPES, TABLES
+from .workers import Outcome, Workers
+
+# Hypothesis sequences per shape in the default run (``-m slow`` runs 1,000).
+EXAMPLES = 130
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +57,15 @@ def viewset(
 def planned(viewset: ViewSet) -> Planned:
     """The same plans, for the differential harness (which keeps its own state per run)."""
     return Planned(viewset.config, {name: v.plan for name, v in viewset.views.items()})
+
+
+@pytest.fixture(scope="session")
+def workers(planned: Planned) -> Iterator[Workers]:
+    pool = Workers(planned)
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def default_runs(workers: Workers) -> dict[str, Future[Outcome]]:
+    return workers.submit(sorted(SHAPES), EXAMPLES)
