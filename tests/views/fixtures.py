@@ -24,8 +24,9 @@ from .harness import Planned, job_config
 from .shapes import RECOMPUTE, SHAPES, TABLES
 from .workers import Outcome, Workers
 
-# Hypothesis sequences per shape in the default run (``-m slow`` runs 1,000).
+# Hypothesis sequences per shape: in the default run, and with ``-m slow``.
 EXAMPLES = 130
+MANY_EXAMPLES = 1000
 
 
 @pytest.fixture(scope="session")

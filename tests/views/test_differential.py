@@ -14,7 +14,7 @@ Two checks of every shape in :mod:`.shapes` (each also classified incremental by
   Spark's.
 
 Spark checks one seeded sequence in the default run and Hypothesis 130 per shape
-(``fixtures.EXAMPLES``), on worker processes (:mod:`.workers`) that start with the run's
+(``fixtures.EXAMPLES``, ``MANY_EXAMPLES``), on worker processes (:mod:`.workers`) that start with the run's
 first test (the root ``conftest.py``); ``-m slow`` runs ten and 1,000.
 """
 
@@ -28,7 +28,7 @@ from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
 
-from .fixtures import EXAMPLES
+from .fixtures import EXAMPLES, MANY_EXAMPLES
 from .harness import Planned, Run, spark_check
 from .shapes import SHAPES
 from .strategies import random_batch, random_snapshot
@@ -58,9 +58,6 @@ def test_matches_spark(spark: SparkSession, planned: Planned, compute: Compute) 
 @pytest.mark.slow
 def test_matches_spark_many(spark: SparkSession, planned: Planned, compute: Compute) -> None:
     _spark_sequences(spark, planned, compute, seeds=range(100, 110), length=10)
-
-
-MANY_EXAMPLES = 1000  # Hypothesis sequences per shape with ``-m slow``
 
 
 @pytest.fixture(scope="module")
