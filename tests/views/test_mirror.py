@@ -168,3 +168,44 @@ def test_a_delete_without_old_value_of_a_snapshot_row_stops_the_batch(compute: C
     apply_change(mirror, table_change(compute, mirror, with_old))
     assert mirror.count() == 0
     assert table_change(compute, mirror, changes(("k9", "DELETE", None, None, None))).removed == ()
+
+
+def lookups(db: sqlite3.Connection) -> list[str]:
+    """The columns the mirror is looked up by, statement by statement, from now on."""
+    found: list[str] = []
+
+    def trace(sql: str) -> None:
+        if "CROSS JOIN" in sql:  # KeyedTable._lookup_exact's query
+            found.append(sql.rsplit(" ON ", 1)[1].split(" = ")[0])
+
+    db.set_trace_callback(trace)
+    return found
+
+
+def test_once_no_row_lacks_a_key_rows_are_looked_up_by_key_alone(compute: Compute) -> None:
+    db = sqlite3.connect(":memory:")
+    mirror = Mirror(db, "accounts", COLUMNS, ["id"])
+    snapshot_rows(mirror, (1, "ann", 10), (2, "bob", 20))
+    seen = lookups(db)
+    apply_change(mirror, table_change(compute, mirror, changes(("k1", "PUT", 1, "ann", 11))))
+    assert seen == ['t."_key"', 't."id"']  # a snapshot row is found by its primary key
+
+    seen.clear()
+    apply_change(mirror, table_change(compute, mirror, changes(("k2", "PUT", 2, "bob", 21))))
+    assert seen == ['t."_key"', 't."id"']
+    assert sorted(held(mirror).values()) == [("k1", 1, "ann", 11), ("k2", 2, "bob", 21)]
+
+    # no row without a key is left: the primary key's lookup, as costly, would find none
+    seen.clear()
+    change = table_change(compute, mirror, changes(
+        ("k1", "PUT", 1, "ann", 12), ("k3", "PUT", 3, "cy", 30), ("k2", "DELETE", None, None, None)
+    ))  # fmt: skip
+    apply_change(mirror, change)
+    assert seen == ['t."_key"']
+    assert sorted(held(mirror).values()) == [("k1", 1, "ann", 12), ("k3", 3, "cy", 30)]
+    assert sorted(change.delta.to_pylist(), key=lambda r: (r["id"], r[W])) == [
+        {"id": 1, "owner": "ann", "balance": 11, W: -1},
+        {"id": 1, "owner": "ann", "balance": 12, W: 1},
+        {"id": 2, "owner": "bob", "balance": 21, W: -1},
+        {"id": 3, "owner": "cy", "balance": 30, W: 1},
+    ]

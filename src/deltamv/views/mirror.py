@@ -190,7 +190,10 @@ def _replaced_rows(
         old_pk = deletes.select(old_cols).rename_columns(pk)
         by_pk = pa.concat_tables([by_pk, old_pk.cast(by_pk.schema)])
     _check_blind_deletes(mirror, deletes, old_cols, found[0])
-    if by_pk.num_rows:
+    # Every row found by primary key has a key too once no row without one is left (a
+    # row's key and primary key change together, or the upstream's primary key would not
+    # be unique): the second lookup, as costly as the first, would find nothing new.
+    if by_pk.num_rows and mirror.has_keyless_rows():
         found.append(mirror.lookup(pk, by_pk))
     rows = pa.concat_tables(found)
     if rows.num_rows == 0:
