@@ -298,7 +298,7 @@ def spark_check(spark: SparkSession, run: Run, sql: Mapping[str, str]) -> int:
         rows = table.drop_columns(["__v"]).rename_columns([a.col for a in attrs])
         rows = rows.append_column(W, pa.array([1] * rows.num_rows, pa.int64()))
         for v, (_, outputs) in enumerate(run.history):
-            picked = rows.filter(pa.array([x == v for x in by_version]))
+            picked = rows.filter(pa.array([x == v for x in by_version], pa.bool_()))
             want = bag_of(picked, attrs)
             assert outputs[name] == want, _difference(name, v, outputs[name], want)
             checked += 1

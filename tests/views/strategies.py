@@ -35,7 +35,7 @@ TS: list[Any] = [
     dt.datetime(2024, 1, 1, 11, 59, 59, 999999, tzinfo=_UTC), dt.datetime(1960, 6, 1, tzinfo=_UTC),
 ]  # fmt: skip
 BOOL: list[Any] = [None, True, False]
-RATE: list[Any] = [None, 0.0, -0.0, 1.5, 2.25, -1.0, float("nan")]
+RATE: list[Any] = [None, 0.0, -0.0, 1.5, 2.25, -1.0, float("nan"), float("inf"), float("-inf")]
 REFS: list[Any] = [None, *KEYS]
 
 # column -> pool, per table; SMALL also draws from -100..100

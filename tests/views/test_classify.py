@@ -120,9 +120,9 @@ def test_a_new_version_of_the_maintenance_rules_rebuilds_every_view(
 def test_views_keeping_min_max_are_rebuilt_once_from_state_that_did_not_keep_them(
     spark: SparkSession, compute: Compute, tmp_path: Path
 ) -> None:
-    """MIN/MAX over exact types keep their values in the aggregate's state; a job's state
-    from before they did has none (it recorded the plan's fingerprint alone). Such a view
-    is rebuilt once; a view of sums keeps its state."""
+    """MIN/MAX keep their values in the aggregate's state (over floats too, since
+    2026-11-27); a job's state from before they did has none (it recorded the plan's
+    fingerprint alone). Such a view is rebuilt once; a view of sums keeps its state."""
     from deltamv.state.store import ViewRecord
 
     sqls = {"sums": SHAPES["by_owner"], "extremes": SHAPES["minmax"],
@@ -134,12 +134,13 @@ def test_views_keeping_min_max_are_rebuilt_once_from_state_that_did_not_keep_the
                 store.set_view(ViewRecord(name, view.mode, "", view.plan.fingerprint, True))
             views.sync_state()
         ready = {name: record.ready for name, record in store.views().items()}
-        # (MIN of a double is recomputed per touched group, as before: no state to build)
-        assert ready == {"sums": True, "extremes": False, "floats": True}
+        # (MIN of a double was recomputed per touched group, with no state of its own)
+        assert ready == {"sums": True, "extremes": False, "floats": False}
         with store.transaction():
-            views.build(["extremes"], tmp_path / "scratch")
+            views.build(["extremes", "floats"], tmp_path / "scratch")
             views.sync_state()
         assert store.views()["extremes"].ready  # built: kept from now on
+        assert store.views()["floats"].ready
     finally:
         store.close()
 

@@ -23,10 +23,10 @@ The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` it
   value); a MIN or MAX keeps each group's extreme and how many rows hold it, and reads
   the group's input rows again only when a batch takes the last of them, or, where
   they cannot be looked up (a global one, a computed group key), keeps every value's
-  count in order and reads the next values from there (all three over types other than
-  floating point);
-- any other aggregate (MIN, MAX or COUNT(DISTINCT) of floating-point values, the FIRST
-  of Spark's rewrite of several DISTINCT aggregates through an Expand) is recomputed
+  count in order and reads the next values from there (floating-point values kept as
+  Spark compares them: -0.0 as 0.0, NaN as one value above infinity);
+- any other aggregate (the FIRST of Spark's rewrite of several DISTINCT aggregates
+  through an Expand, MIN or MAX of binary values) is recomputed
   for the groups the batch touched, from the input rows of those groups (looked up by
   the group key);
 - anything else is not maintained here: :class:`~deltamv.views.expr.Unsupported` names
@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -775,28 +776,48 @@ class AggCall:
 
     @property
     def extreme(self) -> bool:
-        """MIN or MAX kept per group as its current value, over a type whose equal values
-        are identical (not floating point: 0.0 = -0.0, and which one Spark's MIN gives
-        depends on row order)."""
-        return self.function in ("Min", "Max") and _exact(self.args[0])
+        """MIN or MAX kept per group as its current value and how many rows hold it."""
+        return self.function in ("Min", "Max") and _kept_type(self.args[0])
 
     @property
     def distinct_count(self) -> bool:
-        """COUNT(DISTINCT x) of one argument of a type whose equal values are identical:
-        kept per group as the count of rows holding each value."""
+        """COUNT(DISTINCT x) of one argument: kept per group as the count of rows holding
+        each value."""
         return (self.function == "Count" and self.distinct and len(self.args) == 1
-                and _exact(self.args[0]))  # fmt: skip
+                and _kept_type(self.args[0]))  # fmt: skip
 
 
-def _exact(arg: Expr) -> bool:
+def _kept_type(arg: Expr) -> bool:
+    """Values whose equal ones are identical and ordered alike by Spark and DuckDB, or
+    floating-point ones, kept normalised as Spark compares them (-0.0 as 0.0, one NaN,
+    above infinity: ``normalise_floats``). Of a float MIN over -0.0 and 0.0 Spark gives
+    whichever its rows hold first; kept, it is 0.0."""
     t = result_type(arg)
-    return t in _EXACT_ORDER or decimal_of(t) is not None
+    return t in _EXACT_ORDER or t in ("float", "double") or decimal_of(t) is not None
 
 
 # Types whose values are equal only when identical, and ordered alike by Spark and
 # DuckDB (strings by their UTF-8 bytes; a collated string has another type name).
 _EXACT_ORDER = frozenset(("long", "integer", "short", "byte", "string", "date", "timestamp",
                           "timestamp_ntz", "boolean"))  # fmt: skip
+
+
+def _float_order(values: pa.ChunkedArray) -> pa.Array:
+    """Per float, an integer that SQLite orders as Spark orders the values (-0.0 as 0.0,
+    every NaN as one value above infinity): the IEEE bits of the normalised value, with
+    those of negative values (below zero as integers, but in reverse) turned."""
+    bits = normalise_floats(pa.table({"v": values.cast(pa.float64())}), ["v"])["v"]
+    whole = bits.combine_chunks()
+    raw = pc.fill_null(whole, 0.0).view(pa.int64()).to_numpy()
+    turned = np.where(raw < 0, ~(raw & np.int64(0x7FFFFFFFFFFFFFFF)), raw)
+    return pa.array(turned, pa.int64(), mask=pc.is_null(whole).to_numpy(zero_copy_only=False))
+
+
+def _with_order(pairs: pa.Table, table: KeyedTable) -> pa.Table:
+    """``pairs`` with the order column ``o`` of ``table``'s float values, if it has one."""
+    if "o" not in table.schema.names or table.schema.field("o").type != pa.int64():
+        return pairs
+    return pairs.append_column("o", _float_order(pairs.column("v")))
 
 
 def _order_key(value: str) -> str:
@@ -817,7 +838,8 @@ def _global_reason(calls: Sequence[AggCall]) -> str:
         return ("a global aggregate of several DISTINCT aggregates beside other functions,"
                 " or of one with a FILTER (Spark's rewrite takes their values with FIRST)")  # fmt: skip
     return ("a global aggregate other than COUNT, SUM, AVG, MIN, MAX and COUNT(DISTINCT) of"
-            f" exact values: {call.function.upper()} of {result_type(call.args[0])}"
+            " numbers, strings, dates, timestamps and booleans:"
+            f" {call.function.upper()} of {result_type(call.args[0])}"
             if call.args else f"a global aggregate of {call.function}")  # fmt: skip
 
 
@@ -979,7 +1001,9 @@ class AggregateOp(Op):
                 value = _filtered(call, sql(call.args[0], _col))
                 if value not in by_value:
                     value_type = arrow_type(result_type(call.args[0]))
-                    order = [pa.field("o", pa.string())] if pa.types.is_decimal(value_type) else []
+                    order = ([pa.field("o", pa.string())] if pa.types.is_decimal(value_type)
+                             else [pa.field("o", pa.int64())]
+                             if pa.types.is_floating(value_type) else [])  # fmt: skip
                     schema = pa.schema([*fields[: len(self.groups)], pa.field("v", value_type),
                                         *order, pa.field("c", pa.int64())])  # fmt: skip
                     keys = [[*self.group_names, "v"]]
@@ -1119,8 +1143,8 @@ class AggregateOp(Op):
             query = (f'SELECT {", ".join([*self._group_columns(), value])},'
                      f' CAST(sum("{W}") AS BIGINT) AS "c" FROM {source}'
                      f' WHERE ({arg}) IS NOT NULL GROUP BY ALL HAVING sum("{W}") <> 0')  # fmt: skip
-            if query not in by_sql:
-                by_sql[query] = normalise_floats(run(query), self.group_names)
+            if query not in by_sql:  # (DuckDB groups -0.0 with 0.0 and NaN with NaN)
+                by_sql[query] = normalise_floats(run(query), [*self.group_names, "v"])
             out[call.result_id] = by_sql[query]
         return out
 
@@ -1178,13 +1202,15 @@ class AggregateOp(Op):
         if key not in b.cache:
             names = [*self.group_names, "v"]
             old = table.lookup(names, change.select(names), null_safe=True)
-            order = f', {_order_key("p.v")} AS "o"' if "o" in table.schema.names else ""
-            b.cache[key] = b.compute.query(
+            decimal = "o" in table.schema.names and table.schema.field("o").type == pa.string()
+            order = f', {_order_key("p.v")} AS "o"' if decimal else ""
+            pairs = b.compute.query(
                 f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"){order},'
                 f' coalesce(o."c", 0) AS "old", o."{ROWID}" AS "{ROWID}"'
                 f' FROM p LEFT JOIN o ON {_same("p", "o", names)}',
                 p=change, o=old,
             )  # fmt: skip
+            b.cache[key] = pairs if decimal else _with_order(pairs, table)
         return b.cache[key]
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
@@ -1372,8 +1398,9 @@ class AggregateOp(Op):
             table = self.value_counts[i]
             pairs = counts[call.result_id]
             if table.name not in stored:
-                if "o" in table.schema.names:
+                if "o" in table.schema.names and table.schema.field("o").type == pa.string():
                     pairs = compute.query(f'SELECT *, {_order_key("v")} AS "o" FROM p', p=pairs)
+                pairs = _with_order(pairs, table)
                 table.insert(pairs.select(table.schema.names).cast(table.schema))
                 stored.add(table.name)
             if not call.distinct_count:
