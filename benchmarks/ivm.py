@@ -43,6 +43,16 @@ EXTRA_VIEWS = {
         "SELECT id % 1000 AS bucket, MIN(balance) AS low, MAX(balance) AS high"
         " FROM accounts GROUP BY id % 1000"
     ),
+    # floating-point values (kept since 2026-11-27; before, per group every touched group
+    # was read again, and the global one was a recompute)
+    "extremes_double_by_owner": (
+        "SELECT owner, MIN(CAST(balance AS DOUBLE)) AS low, MAX(CAST(balance AS DOUBLE)) AS high"
+        " FROM accounts GROUP BY owner"
+    ),
+    "extremes_double_global": (
+        "SELECT MIN(CAST(balance AS DOUBLE)) AS low, MAX(CAST(balance AS DOUBLE)) AS high"
+        " FROM accounts"
+    ),
     # the same with a value per account: as many values' counts as accounts
     "extremes_unique": (
         "SELECT MIN(balance * 100000000 + id) AS low, MAX(balance * 100000000 + id) AS high"
