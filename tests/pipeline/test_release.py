@@ -73,19 +73,21 @@ def test_distinct_keys_in_order_come_back_as_they_are() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(1, 6), st.booleans()),
                 max_size=20))  # fmt: skip
-def test_a_last_delete_without_an_old_key_takes_the_key_of_the_put_before_it(
+def test_a_key_changed_several_times_names_the_old_key_its_first_change_names(
     versions: list[tuple[str, int, bool]],
 ) -> None:
-    """A key put and then deleted (no old_value) in one batch: its last change, the
-    DELETE, names the old primary key of the PUT before it, so a snapshot row the PUT
-    updated is found, and a row the PUT inserted is looked for by nothing else."""
+    """A key changed more than once in one batch: its last change names the primary key
+    the key's row had before the batch, as the first change tells it (its old_value's,
+    or a PUT's own), so a snapshot row the first change replaced is found whatever the
+    later ones did to it (a DELETE without old_value, a primary key changed under the
+    same key). A key changed once keeps its own."""
 
     def old_id(key: str, s: int, has_old: bool) -> int | None:
-        return None if s % 2 or not has_old else 100 * s
+        return 100 * s if has_old else None  # a PUT's old_value or a DELETE's
 
     rows = _rows([(k, s) for k, s, _ in versions])
-    rows = rows.append_column("id", pa.array([10 * s + ord(k[0]) for k, s, _ in versions],
-                                             pa.int64()))  # fmt: skip
+    ids = [10 * s + ord(k[0]) if s % 2 else None for k, s, _ in versions]  # a PUT's value
+    rows = rows.append_column("id", pa.array(ids, pa.int64()))
     rows = rows.append_column("__old_id", pa.array([old_id(*v) for v in versions], pa.int64()))
     last, _ = last_per_key(rows)
 
@@ -96,10 +98,11 @@ def test_a_last_delete_without_an_old_key_takes_the_key_of_the_put_before_it(
             mine.append(row)
     for row in last.to_pylist():
         newest = by_key[row["key"]]
-        want = newest[0]["__old_id"]
-        deleted = want is None and newest[0]["op"] == "DELETE"
-        if deleted and len(newest) > 1 and newest[1]["op"] == "PUT":
-            want = newest[1]["id"]
+        want, first = newest[0]["__old_id"], newest[-1]
+        if len(newest) > 1 and first["__old_id"] is not None:
+            want = first["__old_id"]
+        elif len(newest) > 1 and first["op"] == "PUT":
+            want = first["id"]
         assert row["__old_id"] == want, (row, newest)
         assert (row["op"], row["commit_ts"], row["n"]) == (
             newest[0]["op"], newest[0]["commit_ts"], newest[0]["n"])  # fmt: skip

@@ -12,6 +12,7 @@ old key and a PUT of the new one, two keys: both survive the reduction.)
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -60,46 +61,44 @@ def last_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
     if len(firsts) == n and bool(np.all(firsts == np.arange(n))):
         return rows.drop_columns(["start_ts"]), versions  # distinct keys, in order: no copy
     last = rows.take(firsts).drop_columns(["start_ts"])
-    return _old_keys_from_puts(last, rows, order, new_key, new_version), versions
+    return _old_keys_from_first(last, rows, order, new_key, new_version), versions
 
 
-def _old_keys_from_puts(
+def _old_keys_from_first(
     last: pa.Table, rows: pa.Table, order: pa.Array, new_key: np.ndarray, new_version: np.ndarray
 ) -> pa.Table:
-    """A key's last change that is a DELETE naming no old primary key (no ``old_value``)
-    takes it from the key's change before it in the batch, when that one is a PUT: the
-    row it deletes. A row put and deleted within one batch, or a snapshot's row updated
-    then deleted, is then found by primary key; the key alone finds no snapshot row.
+    """A key changed more than once in the batch: its last change names, as its old
+    primary key (``__old_<pk>``), the one the key's row had before the batch, as its
+    first change tells it: that change's ``old_value``, or a PUT's own primary key (a PUT
+    replaces the row with its primary key). A snapshot's row, which has no key, is then
+    found whatever the changes after the first did to it (a primary key changed under
+    the same key, a DELETE naming no ``old_value``). Otherwise the last change's own.
     ``order`` sorts ``rows`` by key, last change first; ``new_key`` and ``new_version``
     mark where a key and a row version start in that order."""
     olds = [c for c in last.column_names if c.startswith("__old_")]
     if not olds:
         return last
-    starts = np.flatnonzero(new_version)
-    second = ~new_key[starts[1:]] & new_key[starts[:-1]]  # a key's second version starts
-    if not second.any():
+    key_starts = np.flatnonzero(new_key)
+    key_ends = np.append(key_starts[1:], len(new_key)) - 1
+    version_starts = np.flatnonzero(new_version)
+    # where each key's first change (the last in this order) starts
+    first = version_starts[np.searchsorted(version_starts, key_ends, side="right") - 1]
+    several = first != key_starts
+    if not several.any():
         return last
-    at = np.searchsorted(np.flatnonzero(new_key), starts[:-1][second])  # rows of ``last``
-    before = rows.take(order.take(pa.array(starts[1:][second])))
-    mine = last.take(pa.array(at))
-    fill = pc.and_(pc.equal(mine.column("op"), "DELETE"), pc.equal(before.column("op"), "PUT"))
-    for c in olds:
-        fill = pc.and_(fill, pc.is_null(mine.column(c)))
-    if not pc.any(fill).as_py():
-        return last
-    at = at[fill.to_numpy(zero_copy_only=False)]
-    before = before.filter(fill)
+    earliest = rows.take(order.take(pa.array(first[several])))
+    named = functools.reduce(pc.or_, [pc.is_valid(earliest.column(c)) for c in olds])
+    put = pc.equal(earliest.column("op"), "PUT")
     index = np.full(last.num_rows, -1, dtype=np.int64)
-    index[at] = np.arange(len(at))
-    taken = pa.array(index, mask=index < 0)  # null: keep the row's own (null) old key
-    chosen = pa.array(index >= 0)
+    index[np.flatnonzero(several)] = np.arange(earliest.num_rows)
+    taken = pa.array(index, mask=index < 0)  # null: a key changed once keeps its own
+    use_old = pc.fill_null(named.take(taken), False)
+    use_own = pc.fill_null(pc.and_not(put, named).take(taken), False)
     for c in olds:
-        value = (
-            before.column(change_column(c[len("__old_") :]))
-            .take(taken)
-            .cast(last.schema.field(c).type)
-        )
-        column = pc.if_else(chosen, value, last.column(c))
+        own = earliest.column(change_column(c[len("__old_") :])).take(taken)
+        told = earliest.column(c).take(taken)
+        column = pc.if_else(use_old, told.cast(last.schema.field(c).type), last.column(c))
+        column = pc.if_else(use_own, own.cast(last.schema.field(c).type), column)
         last = last.set_column(last.schema.get_field_index(c), c, column)
     return last
 

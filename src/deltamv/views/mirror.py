@@ -3,8 +3,9 @@
 A mirror (:class:`~deltamv.state.keyed.Mirror`, in the job's state) holds a table's rows
 with ``_key``, the change log's row key, which is the row's identity (a DELETE names only
 its key). Rows loaded from a snapshot without a key are found by primary key instead: a
-PUT replaces the row with its primary key, a DELETE with ``old_value`` removes the row
-with the old primary key.
+PUT replaces the row with its primary key, and a PUT or DELETE with ``old_value`` the row
+with the old primary key (for a key changed several times in the batch, the one its
+first change named: ``pipeline.release``).
 
 A batch's released changes (each key's last change) turn into the table's change as a
 Z-set over its declared columns: the rows they replace with weight -1, the new rows with
@@ -14,6 +15,7 @@ these Z-sets; the mirror itself is updated once every view has seen the state be
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -180,19 +182,22 @@ def _counts(a: np.ndarray) -> np.ndarray:
 def _replaced_rows(
     compute: Compute, mirror: Mirror, changes: pa.Table, by_pk: pa.Table
 ) -> pa.Table | None:
-    """The mirror rows the changes replace: by key, and by primary key (the PUTs' own,
-    ``by_pk``; a DELETE's old one) for rows that came without a key."""
+    """The mirror rows the changes replace: by key, and by primary key for rows that
+    came without a key (the PUTs' own, ``by_pk``, and the old one a change names: its
+    ``old_value``'s, or for a key changed several times in the batch, the one its first
+    change named, see ``pipeline.release``)."""
     pk = by_pk.column_names
     found = [mirror.lookup([KEY], pa.table({KEY: changes.column("key")}))]
     deletes = changes.filter(pc.equal(changes.column("op"), "DELETE"))
     old_cols = [f"__old_{c}" for c in pk]
-    if deletes.num_rows and all(c in deletes.column_names for c in old_cols):
-        old_pk = deletes.select(old_cols).rename_columns(pk)
+    if all(c in changes.column_names for c in old_cols):
+        named = functools.reduce(pc.or_, [pc.is_valid(changes.column(c)) for c in old_cols])
+        old_pk = changes.filter(named).select(old_cols).rename_columns(pk)
         by_pk = pa.concat_tables([by_pk, old_pk.cast(by_pk.schema)])
     _check_blind_deletes(mirror, deletes, old_cols, found[0])
-    # Every row found by primary key has a key too once no row without one is left (a
-    # row's key and primary key change together, or the upstream's primary key would not
-    # be unique): the second lookup, as costly as the first, would find nothing new.
+    # Once no row without a key is left, every row is found by its key: a lookup by
+    # primary key, as costly, would find no other (unless the upstream's primary key
+    # were not unique).
     if by_pk.num_rows and mirror.has_keyless_rows():
         found.append(mirror.lookup(pk, by_pk))
     rows = pa.concat_tables(found)
