@@ -267,3 +267,26 @@ def test_a_side_that_fails_is_evaluated_only_where_spark_evaluates_it(
         assert spark_check(spark, run, GUARDED) == len(GUARDED) * 3
     finally:
         run.close()
+
+
+def test_min_and_max_kept_in_order_stale_in_different_groups_of_one_batch(
+    spark: SparkSession, planned: Planned, compute: Compute
+) -> None:
+    # Of MIN and MAX by a computed key, each stale in its own groups in one batch: the
+    # MIN's groups were read again first, by a join that may give the states in another
+    # order, and the MAX's stale flags were then applied to the wrong groups (a MAX of
+    # NULL; found by the differential tests).
+    run = Run(planned, ["extremes_double_computed"], compute)
+    try:
+        run.load({"accounts": [], "transfers": []})
+        run.step([("accounts", 0, _account(0)), ("accounts", 2, _account(2, region=2, rate=float("-inf"))),
+                  ("accounts", 4, _account(4, region=1, rate=0.0)),
+                  ("accounts", 1, _account(1, region=1, rate=2.25))])  # fmt: skip
+        run.step([("accounts", 1, None), ("accounts", 2, _account(2, region=2, rate=0.0)),
+                  ("accounts", 4, _account(4, region=1, rate=1.5))])  # fmt: skip
+        assert run.outputs["extremes_double_computed"] == Counter(
+            {(0, 0.0, 0.0): 1, (1, 1.5, 1.5): 1, (None, None, None): 1}
+        )
+        assert spark_check(spark, run, SHAPES) == 3
+    finally:
+        run.close()

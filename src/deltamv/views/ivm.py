@@ -1302,10 +1302,14 @@ class AggregateOp(Op):
         The new extreme is among them, or among the values the batch added."""
         names = self.group_names
         on = _same("s", "f", names)
+        # the flags travel with their groups: a join below may give its rows in any order
+        for i, flag in stale.items():
+            states = states.append_column(f"{_STALE}{i}", flag)
         for i, call in self.extremes:
-            if not pc.any(stale[i]).as_py():
+            flag = states.column(f"{_STALE}{i}")
+            if not pc.any(flag).as_py():
                 continue
-            groups = states.filter(stale[i]).select(names)
+            groups = states.filter(flag).select(names)
             table = self.value_counts[i]
             pairs = b.cache[(id(self), "values", table.name)]
             gone = b.compute.query(
@@ -1324,13 +1328,11 @@ class AggregateOp(Op):
             both = ", ".join(f'coalesce(p."{c}", w."{c}") AS "{c}"' for c in [*names, "v", "c"])
             now = f"SELECT {both} FROM w FULL JOIN p ON {_same('w', 'p', [*names, 'v'])}"
             fresh = self._extremes_sql(call, f"({now})", extreme=f"m{i}", count=f"k{i}")
-            flagged = states.append_column(f"{_STALE}{i}", stale[i])
             states = b.compute.query(
-                f'SELECT s.* EXCLUDE ("{_STALE}{i}") REPLACE ({self._patched(i)})'
-                f" FROM s LEFT JOIN ({fresh}) f ON {on}",
-                s=flagged, w=stored, p=pairs.select([*names, "v", "c"]),
+                f"SELECT s.* REPLACE ({self._patched(i)}) FROM s LEFT JOIN ({fresh}) f ON {on}",
+                s=states, w=stored, p=pairs.select([*names, "v", "c"]),
             ).cast(states.schema)  # fmt: skip
-        return states
+        return states.drop_columns([f"{_STALE}{i}" for i in stale])
 
     def _kept_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
         change = self._group_sums(b, rows, relation)

@@ -1,0 +1,42 @@
+"""The ivm section's run at 10M accounts for the aggregates over accounts, as run for this folder.
+
+    PYTHONPATH=<checkout>/src python run_shapes.py ACCOUNTS BATCHES OUT.json [VIEW ...]
+
+``PYTHONPATH`` picks the deltamv to measure (a worktree of the commit before, or this
+one); the benchmark code is this checkout's.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+
+from _common import spark_session
+from ivm import run_ivm
+
+import deltamv
+
+SHAPES = {
+    "global aggregate": "total_balance",
+    "grouped aggregate": "balance_by_owner",
+}
+
+
+def main() -> None:
+    accounts, batches, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
+    shapes = {view: view for view in sys.argv[4:]} or SHAPES
+    print("deltamv from", deltamv.__file__, flush=True)
+    with spark_session({}) as spark:
+        result = run_ivm(spark, accounts, batches=batches, shapes=shapes)
+    out.write_text(json.dumps(result, indent=1))
+    keys = ("mode", "batch_ms_p50", "batch_ms_max", "phase_ms_p50", "load")
+    for shape in result["shapes"]:
+        modes = {m: {k: shape[m][k] for k in keys} for m in ("incremental", "recompute")}
+        print(shape["view"], json.dumps(modes))
+
+
+if __name__ == "__main__":
+    main()
