@@ -104,3 +104,39 @@ def test_a_column_added_while_running_stops_the_batch_with_nothing_committed(
         " is committed"
     ), str(error)
     assert [v.version for v in delta.versions(out)] == versions
+
+
+def test_a_table_the_snapshot_did_not_copy_or_copied_before_it_was_created_again(
+    spark: Any, pg_dsn: str, tmp_path: Path
+) -> None:
+    """A table added to the config after the first run, and a table dropped and created
+    again while the job was stopped, are refused at the start (their views took only the
+    changes after that, without the rows from before; an outside check)."""
+    config = _config(tmp_path, pg_dsn, "t")
+    out = str(tmp_path / "v")
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
+        pg.execute("CREATE TABLE u (id int PRIMARY KEY); INSERT INTO u VALUES (1), (2)")
+        ViewJob(load_config(config), spark).run(once=True)
+        versions = [v.version for v in delta.versions(out)]
+
+        added = tmp_path / "added.toml"
+        added.write_text(config.read_text() + f'\n[tables.u]\n\n[views.vu]\nsql = "SELECT COUNT(*)'
+                         f' AS n FROM u"\npath = "{tmp_path}/vu"\n')  # fmt: skip
+        pg.execute("ALTER PUBLICATION deltamv_refuse ADD TABLE u")  # as a user might
+        error = _refused(spark, added)
+        assert isinstance(error, StateError)
+        assert str(error).startswith("table public.u ([tables.u]) was not in the job's snapshot"), (
+            str(error)
+        )
+        assert delta.table_version(str(tmp_path / "vu")) is None
+
+        pg.execute("DROP TABLE t; CREATE TABLE t (id int PRIMARY KEY, v int)")
+        pg.execute("ALTER PUBLICATION deltamv_refuse ADD TABLE t; INSERT INTO t VALUES (5, 5)")
+        error = _refused(spark, config)
+        assert isinstance(error, StateError)
+        assert str(error).startswith(
+            "table public.t is not the table the job's snapshot copied (it was dropped and"
+            " created again"
+        ), str(error)
+    assert [v.version for v in delta.versions(out)] == versions

@@ -82,6 +82,7 @@ _TSO = "last_tso"
 _COMMIT_LSN = "last_commit_lsn"
 _COMMIT_TIME = "last_commit_time_us"
 _COLUMNS = "columns."  # + table name: its PostgreSQL columns at the snapshot
+_OID = "oid."  # + table name: its PostgreSQL table's OID at the snapshot
 _SNAPSHOT_TRIES = 5  # snapshots taken again when a table was truncated meanwhile
 _CONFIRM_WAIT_S = 10.0  # at the end of a run, for the slot the source may still hold
 ORIGIN_FILE = "postgres-slot.json"  # in the checkpoint: the slot this checkpoint created
@@ -156,12 +157,32 @@ class PostgresUpstream:
             self._slot_is_ours()  # refuse another's slot before anything is created
 
     def _check_columns(self, store: StateStore) -> None:
-        """Refuse a table whose columns changed since the snapshot (the catalog is read
-        afresh at every start; the slot's changes would no longer match it)."""
+        """Refuse a table the snapshot did not copy (added to the config later: its rows
+        from before would be missing), a table dropped and created again since (another
+        OID: the copied rows are gone), and one whose columns changed since the snapshot
+        (the catalog is read afresh at every start; the slot's changes would no longer
+        match it)."""
+        recorded_any = any(
+            store.source_position(_COLUMNS + name) is not None for name in self.pg_tables
+        )
         for name, table in self.pg_tables.items():
             recorded = store.source_position(_COLUMNS + name)
             if recorded is None:
-                continue  # a state from before the columns were recorded
+                if not recorded_any:
+                    continue  # a state from before the columns were recorded
+                raise StateError(
+                    f"table {table.qualified} ([tables.{name}]) was not in the job's snapshot"
+                    " (added to the config after the job's first run): its rows from before"
+                    " would be missing; nothing more is committed (start the job with a new"
+                    " checkpoint to copy it, or take it out of the config)"
+                )
+            oid = store.source_position(_OID + name)
+            if oid is not None and int(oid) != table.oid:
+                raise StateError(
+                    f"table {table.qualified} is not the table the job's snapshot copied (it"
+                    f" was dropped and created again: OID {table.oid}, copied {oid}); nothing"
+                    " more is committed (start the job with a new checkpoint)"
+                )
             was = tuple((n, t, m) for n, t, m in json.loads(recorded))
             now = _columns(table)
             if was != now:
@@ -294,6 +315,7 @@ class PostgresUpstream:
             store.set_watermark(ts)
             for name, table in self.pg_tables.items():
                 store.set_source_position(_COLUMNS + name, json.dumps(_columns(table)))
+                store.set_source_position(_OID + name, str(table.oid))
             log.info(
                 "copied %d tables at %s (snapshot %s)", len(self.pg_tables),
                 format_lsn(exported.consistent_lsn), exported.snapshot_name,
