@@ -1,9 +1,10 @@
-"""The ivm section's run for MIN/MAX of floating-point values, as run for this folder.
+"""The ``ivm`` section's run (incremental against recompute, one job per view and mode)
+for the views named, at any size; prints each view's figures and writes them as JSON.
 
-    PYTHONPATH=<checkout>/src python run_shapes.py ACCOUNTS BATCHES OUT.json [VIEW ...]
+    PYTHONPATH=<checkout>/src .venv/bin/python benchmarks/ivm_shapes.py ACCOUNTS BATCHES OUT.json VIEW...
 
 ``PYTHONPATH`` picks the deltamv to measure (a worktree of the commit before, or this
-one); the benchmark code is this checkout's.
+one); the benchmark code is this checkout's. Views: ``synth``'s and ``ivm.EXTRA_VIEWS``.
 """
 
 from __future__ import annotations
@@ -12,22 +13,19 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import spark_session
 from ivm import run_ivm
 
 import deltamv
 
-SHAPES = {
-    "MIN/MAX of doubles per group": "extremes_double_by_owner",
-    "global MIN/MAX of doubles": "extremes_double_global",
-}
-
 
 def main() -> None:
     accounts, batches, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    shapes = {view: view for view in sys.argv[4:]} or SHAPES
+    shapes = {view: view for view in sys.argv[4:]}
+    if not shapes:
+        sys.exit("name at least one view")
     print("deltamv from", deltamv.__file__, flush=True)
     with spark_session({}) as spark:
         result = run_ivm(spark, accounts, batches=batches, shapes=shapes)
