@@ -21,19 +21,22 @@ from ivm import run_ivm
 import deltamv
 
 
-def main() -> None:
-    accounts, batches, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    shapes = {view: view for view in sys.argv[4:]}
-    if not shapes:
-        sys.exit("name at least one view")
+def run(accounts: int, batches: int, out: Path, views: list[str]) -> None:
+    """Measure ``views`` at ``accounts``, write the JSON to ``out`` and print each view."""
     print("deltamv from", deltamv.__file__, flush=True)
     with spark_session({}) as spark:
-        result = run_ivm(spark, accounts, batches=batches, shapes=shapes)
+        result = run_ivm(spark, accounts, batches=batches, shapes={v: v for v in views})
     out.write_text(json.dumps(result, indent=1))
     keys = ("mode", "batch_ms_p50", "batch_ms_max", "phase_ms_p50", "load")
     for shape in result["shapes"]:
         modes = {m: {k: shape[m][k] for k in keys} for m in ("incremental", "recompute")}
         print(shape["view"], json.dumps(modes))
+
+
+def main() -> None:
+    if len(sys.argv) < 5:
+        sys.exit("usage: ivm_shapes.py ACCOUNTS BATCHES OUT.json VIEW...")
+    run(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:])
 
 
 if __name__ == "__main__":

@@ -8,33 +8,18 @@ one); the benchmark code is this checkout's.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # benchmarks/
 
-from _common import spark_session
-from ivm import run_ivm
+from ivm_shapes import run
 
-import deltamv
-
-SHAPES = {
-    "MIN/MAX per group": "extremes_by_owner",
-    "COUNT(DISTINCT) per group": "distinct_by_owner",
-}
+VIEWS = ["extremes_by_owner", "distinct_by_owner"]  # the default
 
 
 def main() -> None:
-    accounts, batches, out = int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3])
-    print("deltamv from", deltamv.__file__, flush=True)
-    with spark_session({}) as spark:
-        result = run_ivm(spark, accounts, batches=batches, shapes=SHAPES)
-    out.write_text(json.dumps(result, indent=1))
-    keys = ("mode", "batch_ms_p50", "batch_ms_max", "phase_ms_p50", "load")
-    for shape in result["shapes"]:
-        modes = {m: {k: shape[m][k] for k in keys} for m in ("incremental", "recompute")}
-        print(shape["view"], json.dumps(modes))
+    run(int(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:] or VIEWS)
 
 
 if __name__ == "__main__":
