@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 from deltamv.check.commands import register_commands
 from deltamv.errors import DeltaMVError
@@ -25,6 +26,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from deltamv.config import load_config
     from deltamv.job import ViewJob
+    from deltamv.job.run import refuse_if_running
     from deltamv.session import build_spark
 
     if not args.verbose:
@@ -34,6 +36,7 @@ def _run(args: argparse.Namespace) -> int:
         for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
             PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
     config = load_config(args.config)
+    refuse_if_running(Path(config.checkpoint), config.name)  # before Spark's seconds of start
     job: ViewJob | None = None
     signals = 0
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from deltamv import delta
+from deltamv import delta, session
 from deltamv.config import load_config
 from deltamv.errors import CommitConflictError
 from deltamv.job import ViewJob
@@ -128,13 +128,20 @@ def test_second_job_with_the_same_name_refuses_to_run(
 
 
 def test_second_job_on_the_same_checkpoint_refuses_to_run(
-    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     checkpoint = bank / "state" / "_checkpoint"
     checkpoint.mkdir(parents=True)
+    started: list[object] = []
+    real_build = session.build_spark
+    monkeypatch.setattr(session, "build_spark", lambda c: started.append(c) or real_build(c))
     with open(checkpoint / "_lock", "a+") as held:  # the first job holds its lock
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         code, error = run_cli(bank, capsys)
     assert code == 1
     assert error is not None and "job 'bank' is already running on checkpoint" in error
+    assert started == []  # refused before Spark's start, not seconds after it
     assert delta.table_version(str(bank / "out" / "views" / "rich")) is None
+    # Once the lock is free, the same command runs (the look took no lock of its own).
+    assert run_cli(bank, capsys) == (0, None)
+    assert len(started) == 1

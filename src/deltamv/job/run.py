@@ -440,6 +440,26 @@ def _log_report(report: BatchReport) -> None:
         )  # fmt: skip
 
 
+def refuse_if_running(checkpoint: Path, job: str) -> None:
+    """Fail at once if a run holds the checkpoint's lock: a look before Spark starts (it
+    takes seconds), creating nothing; the run itself then takes the lock for good."""
+    try:
+        fd = os.open(checkpoint / "_lock", os.O_RDONLY)
+    except OSError:
+        return  # no lock file yet (a first run), or none to read: the run's lock decides
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    except BlockingIOError:
+        raise _running(job, checkpoint) from None
+    finally:
+        os.close(fd)
+
+
+def _running(job: str, checkpoint: Path) -> CommitConflictError:
+    return CommitConflictError(f"job {job!r} is already running on checkpoint {checkpoint}")
+
+
 @contextlib.contextmanager
 def _lock(checkpoint: Path, job: str) -> Iterator[None]:
     """Refuse to run twice: a second job with this checkpoint fails at once."""
@@ -454,9 +474,7 @@ def _lock(checkpoint: Path, job: str) -> Iterator[None]:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise CommitConflictError(
-            f"job {job!r} is already running on checkpoint {checkpoint}"
-        ) from None
+        raise _running(job, checkpoint) from None
     try:
         with contextlib.suppress(OSError):  # who holds it, for people; the lock is flock's
             os.ftruncate(fd, 0)
