@@ -63,7 +63,12 @@ def held_job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     simulate("bank", run, seed=11, txns=150, regions=4, splits=0, segment_events=40, accounts=100)
     job_dir = tmp / "job"
     job_dir.mkdir()
-    (job_dir / "config.toml").write_text((run / "config.toml").read_text())
+    text = (run / "config.toml").read_text()  # with a Delta copy of one table
+    copied = text.replace(
+        'primary_key = ["id"]\n', 'primary_key = ["id"]\npath = "out/accounts"\n', 1
+    )
+    assert copied != text
+    (job_dir / "config.toml").write_text(copied)
     config = load_config(job_dir / "config.toml")
     # Hold the region once the initial rows are in (a region may resolve at the genesis
     # transaction's start ts while it still prewrites, showing empty tables).
@@ -96,10 +101,14 @@ def test_status_names_the_region_holding_the_watermark(held_job: dict[str, Any])
         assert (view.versions, view.watermark) == (1, held_ts)
         assert view.lag_ms(status.now_ms) > 0
     assert status.last_duration_ms is not None and status.last_duration_ms > 0
+    # The table's copy is listed as the views are, under its table's name
+    assert [(c.view, c.versions, c.watermark) for c in status.copies] == [("accounts", 1, held_ts)]
 
     console = Console(record=True, width=160)
     print_status(status, console)
     text = console.export_text()
+    assert any(line.split()[1:3] == ["table", "accounts"] for line in text.splitlines()
+               if "copy of the table" in line), text  # fmt: skip
     assert f"held back by: region {HELD} [" in text
     assert "lowest resolved ts" in text
     assert "unchanged since" in text
@@ -188,4 +197,19 @@ def test_a_slot_line_says_what_the_wal_after_it_is() -> None:
     )
     assert line(retained_bytes=None, lag_bytes=None) == (
         f"{start} - of WAL; the WAL after it is unknown"
+    )
+
+
+def test_a_slot_line_tells_a_slot_not_created_yet_from_one_dropped_outside() -> None:
+    def line(*, loaded: bool) -> str:
+        out = Console(width=400, record=True)
+        print_slot(out, SlotView("deltamv_bank", False), loaded=loaded)
+        return out.export_text().strip()
+
+    assert line(loaded=False) == (
+        "replication slot deltamv_bank: none yet (the job creates it on its first run)"
+    )
+    assert line(loaded=True).startswith(
+        "replication slot deltamv_bank: GONE, dropped outside deltamv after the job loaded"
+        " its snapshot: the job refuses to start without it"
     )

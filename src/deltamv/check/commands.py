@@ -146,17 +146,12 @@ def print_status(status: Any, console: Console | None = None) -> None:
             col, justify="right" if col in ("version", "versions", "lag now") else "left"
         )
     for v in status.views:
-        mode = v.mode or "-"
-        if v.latest_version is None:
-            table.add_row(v.view, "-", "-", "no version yet", "-", "0", mode)
-            continue
-        table.add_row(
-            v.view, str(v.latest_version), str(v.watermark) if v.watermark is not None else "-",
-            _when(v.watermark), _ms(v.lag_ms(now)), str(v.versions), mode,
-        )  # fmt: skip
+        _status_row(table, v, v.view, now)
+    for c in status.copies:
+        _status_row(table, c, f"table {c.view}", now)
     out.print(table)
     if status.slot is not None:
-        print_slot(out, status.slot)
+        print_slot(out, status.slot, loaded=status.bootstrapped)
     if not status.state_found:
         out.print(
             f"the job has not run yet (no state in {status.checkpoint}):"
@@ -202,11 +197,30 @@ def print_status(status: Any, console: Console | None = None) -> None:
             )
 
 
-def print_slot(out: Console, slot: SlotView) -> None:
-    """A PostgreSQL job's replication slot, in one line (part of ``deltamv status``)."""
+def _status_row(table: Table, v: Any, name: str, now: int) -> None:
+    mode = v.mode or "-"
+    if v.latest_version is None:
+        table.add_row(name, "-", "-", "no version yet", "-", "0", mode)
+        return
+    table.add_row(
+        name, str(v.latest_version), str(v.watermark) if v.watermark is not None else "-",
+        _when(v.watermark), _ms(v.lag_ms(now)), str(v.versions), mode,
+    )  # fmt: skip
+
+
+def print_slot(out: Console, slot: SlotView, *, loaded: bool = False) -> None:
+    """A PostgreSQL job's replication slot, in one line (part of ``deltamv status``).
+    ``loaded``: the job has loaded its snapshot (so it created its slot)."""
     if slot.error:
         out.print(
             f"replication slot {slot.name}: cannot ask PostgreSQL ({slot.error})", markup=False
+        )
+    elif not slot.found and loaded:
+        out.print(
+            f"replication slot {slot.name}: GONE, dropped outside deltamv after the job"
+            " loaded its snapshot: the job refuses to start without it (the changes since"
+            " are lost to it); start it with a new checkpoint and new output paths",
+            markup=False,
         )
     elif not slot.found:
         out.print(f"replication slot {slot.name}: none yet (the job creates it on its first run)")

@@ -85,6 +85,8 @@ class JobStatus:
     blocker: BlockerStatus | None = None
     running_pid: int | None = None
     slot: SlotView | None = None  # a PostgreSQL job's replication slot
+    copies: tuple[ViewStatus, ...] = ()  # the tables kept as Delta copies (tables.X.path)
+    bootstrapped: bool = False  # the snapshot (or the empty start) is loaded
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,16 @@ def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
         modes = {n: ("incremental" if r.mode == "incremental" else f"recompute: {r.reason}")
                  for n, r in state.views().items()}  # fmt: skip
     views = tuple(_view_status(name, v.path, modes.get(name)) for name, v in config.views.items())
+    copies = tuple(
+        _view_status(name, t.path, "copy of the table")
+        for name, t in config.tables.items()
+        if t.path
+    )
     postgres = config.upstream.kind == "postgres"
     if state is None:
         slot = _slot_view(config, None, now) if postgres else None
-        return JobStatus(config.name, config.checkpoint, now, views, state_found=False, slot=slot)
+        return JobStatus(config.name, config.checkpoint, now, views, state_found=False, slot=slot,
+                         copies=copies)  # fmt: skip
     try:
         last = state.last_batch()
         blocker = None
@@ -156,6 +164,8 @@ def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
             blocker=blocker,
             running_pid=_running_pid(Path(config.checkpoint)),
             slot=_slot_view(config, progress.watermark, now) if postgres else None,
+            copies=copies,
+            bootstrapped=progress.bootstrapped,
         )
     finally:
         state.close()
