@@ -813,10 +813,13 @@ def _float_order(values: pa.ChunkedArray) -> pa.Array:
     return pa.array(turned, pa.int64(), mask=pc.is_null(whole).to_numpy(zero_copy_only=False))
 
 
-def _with_order(pairs: pa.Table, table: KeyedTable) -> pa.Table:
-    """``pairs`` with the order column ``o`` of ``table``'s float values, if it has one."""
-    if "o" not in table.schema.names or table.schema.field("o").type != pa.int64():
+def _with_order(compute: Compute, pairs: pa.Table, table: KeyedTable) -> pa.Table:
+    """``pairs`` with ``table``'s order column ``o``, if it has one: of decimal values,
+    text that sorts as the numbers; of floats, an integer (:func:`_float_order`)."""
+    if "o" not in table.schema.names:
         return pairs
+    if table.schema.field("o").type == pa.string():
+        return compute.query(f'SELECT *, {_order_key("v")} AS "o" FROM p', p=pairs)
     return pairs.append_column("o", _float_order(pairs.column("v")))
 
 
@@ -1202,15 +1205,13 @@ class AggregateOp(Op):
         if key not in b.cache:
             names = [*self.group_names, "v"]
             old = table.lookup(names, change.select(names), null_safe=True)
-            decimal = "o" in table.schema.names and table.schema.field("o").type == pa.string()
-            order = f', {_order_key("p.v")} AS "o"' if decimal else ""
             pairs = b.compute.query(
-                f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"){order},'
+                f'SELECT p.* REPLACE (coalesce(o."c", 0) + p."c" AS "c"),'
                 f' coalesce(o."c", 0) AS "old", o."{ROWID}" AS "{ROWID}"'
                 f' FROM p LEFT JOIN o ON {_same("p", "o", names)}',
                 p=change, o=old,
             )  # fmt: skip
-            b.cache[key] = pairs if decimal else _with_order(pairs, table)
+            b.cache[key] = _with_order(b.compute, pairs, table)
         return b.cache[key]
 
     def _old_states(self, b: Batch, groups: pa.Table) -> pa.Table:
@@ -1400,9 +1401,7 @@ class AggregateOp(Op):
             table = self.value_counts[i]
             pairs = counts[call.result_id]
             if table.name not in stored:
-                if "o" in table.schema.names and table.schema.field("o").type == pa.string():
-                    pairs = compute.query(f'SELECT *, {_order_key("v")} AS "o" FROM p', p=pairs)
-                pairs = _with_order(pairs, table)
+                pairs = _with_order(compute, pairs, table)
                 table.insert(pairs.select(table.schema.names).cast(table.schema))
                 stored.add(table.name)
             if not call.distinct_count:
