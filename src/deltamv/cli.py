@@ -67,7 +67,7 @@ def _run(args: argparse.Namespace) -> int:
 
     def start() -> None:
         try:
-            started.append(ViewJob(config, build_spark(config)))
+            started.append(ViewJob(config, build_spark(config, one_query=True)))
         except BaseException as exc:
             failed.append(exc)
 

@@ -134,7 +134,9 @@ def test_second_job_on_the_same_checkpoint_refuses_to_run(
     checkpoint.mkdir(parents=True)
     started: list[object] = []
     real_build = session.build_spark
-    monkeypatch.setattr(session, "build_spark", lambda c: started.append(c) or real_build(c))
+    monkeypatch.setattr(
+        session, "build_spark", lambda c, **kw: started.append(c) or real_build(c, **kw)
+    )
     with open(checkpoint / "_lock", "a+") as held:  # the first job holds its lock
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
         code, error = run_cli(bank, capsys)

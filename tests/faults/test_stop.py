@@ -12,6 +12,7 @@ second signal, which ends the job at once (exit 130) without waiting for the bat
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -43,11 +44,11 @@ from deltamv import session
 
 build = session.build_spark
 
-def announced(config):
+def announced(config, **kw):
     print("spark starts", file=sys.stderr, flush=True)
     if os.environ.get("HANG_AT_START"):  # a start that never ends (a master not there)
         time.sleep(600)
-    return build(config)
+    return build(config, **kw)
 
 session.build_spark = announced
 from deltamv.cli import main
@@ -132,6 +133,10 @@ def _signalled(
         _wait_for(proc, log_path, line)
         time.sleep(settle)
         tree = _tree(proc.pid)
+        # Spark's Python workers run without its daemon, which kept a process of each
+        # kind (the source's lookup, creation and planning) alive for the whole run
+        daemons = [c for c in _commands(tree) if "pyspark.daemon" in c]
+        assert daemons == [], daemons
         for i, signum in enumerate(signals):
             time.sleep(0.5 if i else 0)
             if to_group:
@@ -238,6 +243,15 @@ def _wait_for(proc: subprocess.Popen[bytes], log_path: Path, line: str) -> None:
         assert proc.poll() is None, output[-3000:]
         assert time.monotonic() < end, f"no {line!r}: {output[-3000:]}"
         time.sleep(0.05)
+
+
+def _commands(tree: set[tuple[int, str]]) -> list[str]:
+    """The command lines of the processes of ``tree`` still running."""
+    found = []
+    for pid, _ in tree:
+        with contextlib.suppress(OSError):
+            found.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode())
+    return found
 
 
 def _tree(pid: int) -> set[tuple[int, str]]:
