@@ -512,3 +512,35 @@ def test_a_snapshot_row_whose_primary_key_changes_under_one_key_leaves_no_copy(
     got = {t: sorted((r["id"], r["x"]) for r in delta.read_arrow(str(tmp_path / "out" / f"v{t}"))
                      .to_pylist()) for t in tables}  # fmt: skip
     assert got == {"a": [(4, 0), (30, 1)], "b": [(4, 0), (30, 1)], "c": [(4, 0)]}
+
+
+def test_a_view_of_the_time_of_evaluation_is_recomputed_at_every_batch(
+    spark: Any, bank: Path
+) -> None:
+    """current_timestamp() in a view: Spark's optimizer puts the time of the plan in its
+    place, so a view kept incrementally stayed at the job's start; it is recomputed at
+    every batch, also one that changes none of its tables (an outside check)."""
+    text = (
+        (bank / "config.toml").read_text().replace("[job]\n", "[job]\nmax_segments_per_batch = 1\n")
+    )
+    (bank / "config.toml").write_text(
+        text + '\n[views.clock]\nsql = "SELECT COUNT(*) AS n, current_timestamp() AS at'
+        ' FROM accounts"\npath = "out/views/clock"\n'
+    )
+    config = load_config(bank / "config.toml")
+    job = ViewJob(config, spark)
+    job.run(once=True)
+    assert job.modes["clock"].startswith("recompute: current_timestamp()"), job.modes
+    # Two batches in one run (a segment of each region a batch) where the watermark moves
+    # and no row changes. (The first batch of a run recomputes it anyway: the time in
+    # its optimized plan changes its fingerprint.)
+    for seq, (one, two) in enumerate([(150, 140), (170, 160)], start=2):
+        segment(bank, 1, seq, lines([resolved(1, one)]))
+        segment(bank, 2, seq, lines([resolved(2, two)]))
+    reports = ViewJob(config, spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [140, 160]
+    clock = bank / "out" / "views" / "clock"
+    assert [v.watermark for v in delta.versions(str(clock))] == [115, 140, 160]
+    at = [rows(spark, clock, v).collect() for v in (0, 1, 2)]
+    assert [[r.n for r in version] for version in at] == [[3], [3], [3]]
+    assert at[0][0].at < at[1][0].at < at[2][0].at

@@ -193,6 +193,17 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     ),
     "avg_double": ("SELECT owner, AVG(rate) AS r FROM accounts GROUP BY owner", "AVG of double"),
     "random": ("SELECT id, rand() AS r FROM accounts", "Rand"),
+    # Spark's optimizer puts the time it planned in their place: kept, the views froze at
+    # the job's start (an outside check)
+    "clock": ("SELECT id, current_timestamp() AS at FROM accounts", "current_timestamp()"),
+    "today": (
+        "SELECT COUNT(*) AS n, MAX(current_date()) AS d, MIN(now()) AS t FROM accounts",
+        "current_date(), now()",
+    ),
+    "local_clock": (
+        "SELECT id FROM accounts WHERE localtimestamp() > TIMESTAMP '2020-01-01'",
+        "localtimestamp()",
+    ),
     # Spark rounds the product to DECIMAL(38,6); the exact one outgrows DECIMAL(38)
     "wide_product": (
         "SELECT id, CAST(credit AS DECIMAL(38,18)) * CAST(credit AS DECIMAL(38,18)) AS sq"

@@ -277,7 +277,8 @@ class BatchRunner:
         if target.kind == "view":
             view = self.views.views[target.name]
             if view.mode == "recompute":
-                changed = any(t in deltas for t in view.tables)
+                # (a view of the time of evaluation moves without its tables)
+                changed = bool(view.plan.clock) or any(t in deltas for t in view.tables)
                 kind = (
                     "recompute" if (changed or not exists or not was_ready[target.name]) else "none"
                 )

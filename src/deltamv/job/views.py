@@ -132,6 +132,11 @@ class ViewSet:
 
     def _compile(self, view: ViewConfig, plan: ViewPlan) -> ViewMaintainer:
         """The view's maintainer, or Unsupported naming why it must be recomputed."""
+        if plan.clock:  # (the optimized plan holds the start's time in their place)
+            raise Unsupported(
+                ", ".join(f"{c}()" for c in plan.clock)
+                + " (the time of evaluation: a recompute takes it at each batch)"
+            )
         if plan.tries:
             raise Unsupported(
                 ", ".join(f"{t}()" for t in plan.tries)

@@ -142,6 +142,10 @@ class ViewPlan:
     # keeps them as the arithmetic, cast or aggregate that fails, with a mode its JSON
     # form leaves out: they are told apart only here.
     tries: tuple[str, ...] = ()
+    # The functions of the time of evaluation the SQL calls (current_timestamp(), ...).
+    # Spark's optimizer puts the time the plan was made in their place: only here are
+    # they seen as calls.
+    clock: tuple[str, ...] = ()
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -321,12 +325,19 @@ def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> View
     root = _attach_outputs(root, jvm)
     analyzed = str(df._jdf.queryExecution().analyzed().toString())
     tries = tuple(sorted({m.lower() for m in _TRY_CALL.findall(analyzed)}))
+    clock = tuple(sorted({m.lower() for m in _CLOCK_CALL.findall(analyzed)}))
     return ViewPlan(
         name, root, str(jvm.toString()),
-        frozenset(t for t in tables if t is not None), df.schema, tries,
+        frozenset(t for t in tables if t is not None), df.schema, tries, clock,
     )  # fmt: skip
 
 
 # A try_ function as the analyzed plan renders its call (a string literal that looks like
 # one is taken for one too: the view is then recomputed, which is always right).
 _TRY_CALL = re.compile(r"\b(try_[a-z0-9_]+)\(", re.IGNORECASE)
+
+# A function of the time of evaluation, as the analyzed plan renders its call (now() and
+# unix_timestamp() without arguments render as, or around, current_timestamp()).
+_CLOCK_CALL = re.compile(
+    r"\b(current_timestamp|current_date|current_time|localtimestamp|now)\(", re.IGNORECASE
+)
