@@ -45,6 +45,7 @@ def test_good_config_resolves_paths_against_its_folder(tmp_path: Path) -> None:
         (("[job]\n", "[job]\nspeed = 3\n"), "job.speed"),
         (('name = "bank"\n', ""), "job.name"),
         (('primary_key = ["id"]', 'primary_key = ["nope"]'), "tables.accounts.primary_key"),
+        (('primary_key = ["id"]', 'primary_key = ["id", "id"]'), "tables.accounts.primary_key"),
         (("id BIGINT, owner STRING", "id BIGNUM, owner STRING"), "tables.accounts.schema"),
         (('trigger_interval = "500 ms"', 'trigger_interval = "soon"'), "job.trigger_interval"),
         (('sql = "SELECT', 'sqll = "SELECT'), "views.total_balance.sqll"),
@@ -61,6 +62,14 @@ def test_errors_name_the_key(tmp_path: Path, change: tuple[str, str], key: str) 
     assert info.value.key == key
     assert key in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def test_a_comment_with_a_comma_is_one_column(tmp_path: Path) -> None:
+    # (a TOML "\\" is one backslash: the comment is 'name, then \'initials\'')
+    text = GOOD.replace("owner STRING", "owner STRING COMMENT 'name, then \\\\'initials\\\\''")
+    assert "COMMENT" in text
+    config = load_config(write(tmp_path, text))
+    assert config.tables["accounts"].schema.names == ["id", "owner", "balance"]
 
 
 def test_two_views_on_one_path(tmp_path: Path) -> None:

@@ -73,6 +73,11 @@ class TableConfig:
     pg_table: str | None = None  # PostgreSQL source: schema.table (default public.<name>)
 
     def __post_init__(self) -> None:
+        twice = sorted({c for c in self.primary_key if self.primary_key.count(c) > 1})
+        if twice:
+            raise ConfigError(
+                f"tables.{self.name}.primary_key", f"names {', '.join(map(repr, twice))} twice"
+            )
         for col in self.primary_key:
             if self.schema.columns and self.schema.column(col) is None:
                 raise ConfigError(

@@ -211,17 +211,25 @@ class TableSchema:
 
 
 def _split_top_level(ddl: str) -> list[str]:
-    """Split on commas that are not inside parentheses or backticks."""
+    """Split on commas that are not inside parentheses, backticks or a quoted string (a
+    ``COMMENT 'a, b'``; a backslash escapes the next character in one, as in Spark SQL)."""
     parts: list[str] = []
-    depth, quoted, start = 0, False, 0
+    depth, quote, escaped, start = 0, "", False, 0
     for i, ch in enumerate(ddl):
-        if ch == "`":
-            quoted = not quoted
-        elif not quoted and ch == "(":
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote != "`":
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "`'\"":
+            quote = ch
+        elif ch == "(":
             depth += 1
-        elif not quoted and ch == ")":
+        elif ch == ")":
             depth -= 1
-        elif not quoted and depth == 0 and ch == ",":
+        elif depth == 0 and ch == ",":
             parts.append(ddl[start:i])
             start = i + 1
     parts.append(ddl[start:])

@@ -213,3 +213,17 @@ def test_a_slot_line_tells_a_slot_not_created_yet_from_one_dropped_outside() -> 
         "replication slot deltamv_bank: GONE, dropped outside deltamv after the job loaded"
         " its snapshot: the job refuses to start without it"
     )
+
+
+def test_check_refuses_the_truth_of_another_workload(
+    held_job: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The truth of a run without the job's tables: one line, not a violation at every
+    version (its views were compared with empty tables)."""
+    simulate("orders", tmp_path / "orders", seed=3, txns=5, regions=1, splits=0)
+    capsys.readouterr()
+    code = main(["check", str(held_job["config"].origin), "--truth", str(tmp_path / "orders")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith(f"deltamv: error: --truth {tmp_path / 'orders'}: its run ('orders'"
+                              " workload) lacks tables 'accounts', 'transfers' of job 'bank'"), err  # fmt: skip

@@ -72,6 +72,15 @@ def _check(args: argparse.Namespace) -> int:
         from deltamv.sim import Truth
 
         truth = Truth.load(args.truth)
+        missing = sorted(set(config.tables) - set(truth.tables))
+        if missing:  # (its views would be compared with empty tables)
+            raise DeltaMVError(
+                f"--truth {args.truth}: its run ({truth.meta.get('workload', 'unknown')!r}"
+                f" workload) lacks {'tables' if len(missing) > 1 else 'table'}"
+                f" {', '.join(map(repr, missing))} of job {config.name!r} (its tables:"
+                f" {', '.join(sorted(truth.tables)) or 'none'}):"
+                " give the simulator run this job reads"
+            )
     spark = build_spark(config)
     report = check_job(spark, config, truth=truth, views=args.view)
     print_check_report(report)
