@@ -170,6 +170,26 @@ def test_a_delete_without_old_value_of_a_snapshot_row_stops_the_batch(compute: C
     assert table_change(compute, mirror, changes(("k9", "DELETE", None, None, None))).removed == ()
 
 
+def test_a_delete_naming_part_of_a_composite_primary_key_stops_the_batch(
+    compute: Compute,
+) -> None:
+    """An old_value with one column of a two-column primary key names no row: like no
+    old_value at all (it found nothing, and the snapshot row stayed; an outside check)."""
+    columns = pa.schema([("day", pa.string()), ("n", pa.int64()), ("v", pa.int64())])
+    mirror = Mirror(sqlite3.connect(":memory:"), "t", columns, ["day", "n"])
+    mirror.insert(pa.table({KEY: pa.nulls(2, pa.string()), "day": ["d1", "d1"], "n": [1, 2],
+                            "v": [10, 20]}).cast(mirror.schema))  # fmt: skip
+    delete = pa.table({"key": ["k1"], "op": ["DELETE"], "commit_ts": [1], "day": pa.nulls(1, pa.string()),
+                       "n": pa.nulls(1, pa.int64()), "v": pa.nulls(1, pa.int64()),
+                       "__old_day": ["d1"], "__old_n": pa.nulls(1, pa.int64())})  # fmt: skip
+    with pytest.raises(DeltaMVError, match=r"names no whole old primary key \(old_value\)"):
+        table_change(compute, mirror, delete)
+    whole = delete.set_column(7, "__old_n", pa.array([2], pa.int64()))
+    apply_change(mirror, table_change(compute, mirror, whole))
+    left = pa.concat_tables(list(mirror.scan())).select(["day", "n", "v"]).to_pylist()
+    assert left == [{"day": "d1", "n": 1, "v": 10}]
+
+
 def lookups(db: sqlite3.Connection) -> list[str]:
     """The columns the mirror is looked up by, statement by statement, from now on."""
     found: list[str] = []

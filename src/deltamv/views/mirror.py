@@ -216,15 +216,16 @@ def _replaced_rows(
 def _check_blind_deletes(
     mirror: Mirror, deletes: pa.Table, old_cols: list[str], by_key: pa.Table
 ) -> None:
-    """A DELETE that names only its key (no old primary key) of a key the mirror does
-    not hold deletes nothing, unless the row came from a snapshot without keys: then
-    the job cannot tell which row it deletes, and stops rather than keep the row."""
+    """A DELETE that names only its key (no whole old primary key: a column of it left
+    out counts as none) of a key the mirror does not hold deletes nothing, unless the
+    row came from a snapshot without keys: then the job cannot tell which row it
+    deletes, and stops rather than keep the row."""
     if deletes.num_rows == 0:
         return
     blind = pc.invert(pc.is_in(deletes.column("key"), value_set=by_key.column(KEY)))
     if all(c in deletes.column_names for c in old_cols):
-        for c in old_cols:
-            blind = pc.and_(blind, pc.is_null(deletes.column(c)))
+        partial = functools.reduce(pc.or_, [pc.is_null(deletes.column(c)) for c in old_cols])
+        blind = pc.and_(blind, partial)
     unknown = deletes.filter(blind)
     if unknown.num_rows == 0 or not mirror.has_keyless_rows():
         return
@@ -232,8 +233,8 @@ def _check_blind_deletes(
     ts = f" (commit_ts {unknown.column('commit_ts')[0].as_py()})" if (
         "commit_ts" in unknown.column_names) else ""  # fmt: skip
     raise DeltaMVError(
-        f"table {mirror.table}: a DELETE of key {key!r}{ts} names no old primary key"
-        " (old_value), and no row holds that key: the row may have come from the"
+        f"table {mirror.table}: a DELETE of key {key!r}{ts} names no whole old primary"
+        " key (old_value), and no row holds that key: the row may have come from the"
         " snapshot, whose rows have no keys, so the job cannot tell which row to delete."
         " Give DELETEs of snapshot rows their old_value (at least the primary key), or"
         " start the job without a snapshot"
