@@ -31,6 +31,9 @@ def python_blocks(section: str) -> list[str]:
 
 def test_reading_a_view(spark: Any, tmp_path: Path) -> None:
     run = simulate("bank", tmp_path / "bank", seed=5, txns=150)
+    with open(run.config_path, "a") as more:  # and a view with no rows, so no files
+        more.write('\n[views.none]\nsql = "SELECT id, owner FROM accounts WHERE balance < -1e18"'
+                   '\npath = "out/views/none"\n')  # fmt: skip
     config = load_config(run.config_path)
     ViewJob(config, spark).run(once=True)
     path = config.views["total_balance"].path
@@ -43,6 +46,10 @@ def test_reading_a_view(spark: Any, tmp_path: Path) -> None:
     assert scope["rs_watermark"] == infos[-1].watermark
     assert scope["rows"] == [tuple(r.values()) for r in latest.to_pylist()]
     assert scope["frame"].to_dicts() == latest.to_pylist()
+    empty: dict[str, Any] = {"path": config.views["none"].path}
+    exec(compile(other_readers, str(README), "exec"), empty)
+    assert empty["table"].num_rows == 0 and empty["table"].column_names == ["id", "owner"]
+    assert empty["rows"] == [] and empty["frame"].height == 0
     if not delta_spark_available(spark):
         pytest.skip("no delta-spark in the session for the Spark block (`make setup`)")
     exec(compile(spark_block, str(README), "exec"), scope)
