@@ -147,6 +147,25 @@ def test_a_primary_key_move_releases_both_keys(state: StateStore) -> None:
             [init(1), prewrite(1, 10, "a", {"v": 1}), rollback(1, 10, "a"), commit(1, 10, 20, "a")],
             "after its ROLLBACK",
         ),
+        # a transaction writes a key once: not a retransmission (the first row was kept)
+        (
+            [
+                init(1),
+                prewrite(1, 10, "a", {"v": 1}),
+                prewrite(1, 10, "b", {"v": 1}),
+                prewrite(1, 10, "a", {"v": 2}),
+            ],
+            "PREWRITE of key 'a' by transaction 10 again, with another row",
+        ),
+        (
+            [
+                init(1),
+                prewrite(1, 10, "a", {"v": 1}),
+                prewrite(1, 10, "a", {"v": 1}),
+                prewrite(1, 10, "a", None),
+            ],
+            "PREWRITE of key 'a' by transaction 10 again, with another row",
+        ),
     ],
 )
 def test_history_violations_are_bad_records_and_leave_no_trace(
