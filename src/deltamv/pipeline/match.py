@@ -106,16 +106,16 @@ def match(
     prior = done.lookup(txns)
     fates = compute.query(_FATES_SQL, e=txn_events, prior=prior)
     violations += _txn_violations(compute, txn_events, prior, fates, pending, floor)
-    twice, differing = _prewrites_twice(compute, events, values)
-    violations += differing
     if violations:
         worst = min(violations, key=lambda v: v.ev)
         raise _bad(files, events, worst)
 
-    committed = _apply_fates(
-        compute, events, values, fates, new_regions, retired_at, pending=pending, floor=floor,
-        twice=twice,
-    )  # fmt: skip
+    try:
+        committed = _apply_fates(
+            compute, events, values, fates, new_regions, retired_at, pending=pending, floor=floor
+        )
+    except _Rewritten as exc:  # (the batch's state transaction is rolled back)
+        raise _bad(files, events, exc.violation) from None
     finished = fates.filter(pc.is_valid(fates.column("ftype"))).select(
         ["region", "start_ts", "fcommit"]
     )
@@ -299,11 +299,9 @@ def _apply_fates(
     *,
     pending: PendingTxns,
     floor: int,
-    twice: frozenset[str],
 ) -> dict[str, pa.Table]:
     """Move the rows of transactions committed here to the output, keep the open ones
-    pending, drop the rolled-back ones; add the self-contained COMMITTED rows. ``twice``:
-    the tables whose rows hold a PREWRITE more than once (retransmitted)."""
+    pending, drop the rolled-back ones; add the self-contained COMMITTED rows."""
     ftype = fates.column("ftype")
     committed_txns = fates.filter(pc.equal(ftype, ev.COMMIT)).select(
         ["region", "start_ts", "fcommit"]
@@ -320,11 +318,16 @@ def _apply_fates(
     pending.drop(rolled_back)
     out: dict[str, list[pa.Table]] = {}
     for table, rows in values.items():
+        evs = rows.column("row")
         rows = _with_events(events, rows)
         kinds = rows.column("type")
-        prewrites = rows.filter(pc.equal(kinds, ev.PREWRITE))
-        if table in twice:
-            prewrites = _first_per_key(compute, prewrites)
+        is_prewrite = pc.equal(kinds, ev.PREWRITE)
+        every = rows.filter(is_prewrite)
+        prewrites = _first_per_key(compute, every)
+        if prewrites.num_rows != every.num_rows:  # retransmitted, or written twice
+            rewritten = _rewritten(compute, every, evs.filter(is_prewrite))
+            if rewritten is not None:
+                raise _Rewritten(rewritten)
         fresh = prewrites.drop_columns(["type", "commit_ts"]).join(
             committed_txns, ["region", "start_ts"], join_type="inner"
         )
@@ -362,50 +365,36 @@ def _with_events(events: pa.Table, rows: pa.Table) -> pa.Table:
     return rows.drop_columns(["row"])
 
 
-def _prewrites_twice(
-    compute: Compute, events: pa.Table, values: Mapping[str, pa.Table]
-) -> tuple[frozenset[str], list[_Violation]]:
-    """The tables whose rows hold a PREWRITE of one (region, start_ts, key) more than
-    once, and the first such PREWRITE whose row differs from the first one's: a
-    retransmission repeats an event, while a transaction writes each key once."""
-    twice: set[str] = set()
-    found: list[_Violation] = []
-    for table, rows in values.items():
-        picked = events.select(["ev", "region", "start_ts", "type", "key", "op"]).take(
-            rows.column("row")
-        )
-        prewrite = pc.equal(picked.column("type"), ev.PREWRITE)
-        ids = picked.filter(prewrite).select(["region", "start_ts", "key"])
-        if (
-            ids.num_rows < 2
-            or ids.group_by(ids.column_names).aggregate([]).num_rows == ids.num_rows
-        ):
-            continue
-        twice.add(table)
-        own = [c for c in rows.column_names if c != "row"]
-        p = rows.select(own).rename_columns([f"v{i}" for i in range(len(own))])
-        for name in ("ev", "region", "start_ts", "key", "op"):
-            p = p.append_column(f"_{name}", picked.column(name))
-        p = p.filter(prewrite)
-        differs = " OR ".join(
-            f'a."{c}" IS DISTINCT FROM b."{c}"'
-            for c in ["_op", *(f"v{i}" for i in range(len(own)))]
-        )
-        first = compute.query(
-            "WITH n AS (SELECT *, row_number() OVER (PARTITION BY _region, _start_ts, _key"
-            " ORDER BY _ev) AS _k FROM p)"
-            " SELECT b._ev, b._start_ts, b._key FROM n a JOIN n b ON a._region = b._region"
-            " AND a._start_ts = b._start_ts AND a._key = b._key AND a._k = 1 AND b._k > 1"
-            f" WHERE {differs} ORDER BY b._ev LIMIT 1",
-            p=p,
-        )
-        if first.num_rows:
-            row = first.to_pylist()[0]
-            found.append(_Violation(row["_ev"], (
-                f"PREWRITE of key {row['_key']!r} by transaction {row['_start_ts']} again,"
-                " with another row than before (a transaction writes each key once; a"
-                " retransmission repeats the event as it was)")))  # fmt: skip
-    return frozenset(twice), found
+class _Rewritten(Exception):
+    def __init__(self, violation: _Violation) -> None:
+        self.violation = violation
+
+
+def _rewritten(compute: Compute, prewrites: pa.Table, evs: pa.ChunkedArray) -> _Violation | None:
+    """The first PREWRITE of a (region, start_ts, key) seen before whose row differs from
+    the first one's: a retransmission repeats an event as it was, and a transaction
+    writes each key once. ``evs``: the events' positions."""
+    own = [c for c in prewrites.column_names if c not in ("region", "start_ts", "key", "type")]
+    p = prewrites.select(own).rename_columns([f"v{i}" for i in range(len(own))])
+    for name in ("region", "start_ts", "key"):
+        p = p.append_column(f"_{name}", prewrites.column(name))
+    p = p.append_column("_ev", evs)
+    differs = " OR ".join(f'a."v{i}" IS DISTINCT FROM b."v{i}"' for i in range(len(own)))
+    first = compute.query(
+        "WITH n AS (SELECT *, row_number() OVER (PARTITION BY _region, _start_ts, _key"
+        " ORDER BY _ev) AS _k FROM p)"
+        " SELECT b._ev, b._start_ts, b._key FROM n a JOIN n b ON a._region = b._region"
+        " AND a._start_ts = b._start_ts AND a._key = b._key AND a._k = 1 AND b._k > 1"
+        f" WHERE {differs} ORDER BY b._ev LIMIT 1",
+        p=p,
+    )
+    if not first.num_rows:
+        return None
+    row = first.to_pylist()[0]
+    return _Violation(row["_ev"], (
+        f"PREWRITE of key {row['_key']!r} by transaction {row['_start_ts']} again, with"
+        " another row than before (a transaction writes each key once; a retransmission"
+        " repeats the event as it was)"))  # fmt: skip
 
 
 def _first_per_key(compute: Compute, prewrites: pa.Table) -> pa.Table:
