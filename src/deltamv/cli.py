@@ -21,20 +21,25 @@ from deltamv.errors import DeltaMVError
 from deltamv.logs import to_stderr
 
 
-def _run(args: argparse.Namespace) -> int:
+def quiet_query_context_logs(verbose: bool) -> None:
+    """PySpark logs a Spark error with a SQL context (a view or an invariant failing on
+    the data) as a JSON record with the JVM's trace before raising it; unless
+    ``verbose``, it reaches the user as deltamv's one line alone."""
+    if verbose:
+        return
     from pyspark.logger import PySparkLogger
 
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _run(args: argparse.Namespace) -> int:
     from deltamv.config import load_config
     from deltamv.job import ViewJob
     from deltamv.job.run import refuse_if_running
     from deltamv.session import build_spark
 
-    if not args.verbose:
-        # PySpark logs a Spark error with a SQL context (a view failing on the data) as a
-        # JSON record with the JVM's trace before raising it; it reaches the user as
-        # deltamv's one line
-        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
-            PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+    quiet_query_context_logs(args.verbose)
     config = load_config(args.config)
     refuse_if_running(Path(config.checkpoint), config.name)  # before Spark's seconds of start
     job: ViewJob | None = None

@@ -23,9 +23,17 @@ __all__ = [
     "StateError",
     "StorageError",
     "exception_chain",
+    "first_line",
     "unwire",
     "wire",
 ]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (Spark's error class and message, without
+    its plan and JVM trace), or its type's name when it has no text."""
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
 
 
 class DeltaMVError(Exception):

@@ -227,3 +227,24 @@ def test_check_refuses_the_truth_of_another_workload(
     assert code == 1
     assert err[-1].startswith(f"deltamv: error: --truth {tmp_path / 'orders'}: its run ('orders'"
                               " workload) lacks tables 'accounts', 'transfers' of job 'bank'"), err  # fmt: skip
+
+
+def test_check_refuses_an_invariant_whose_sql_cannot_run_in_one_line(
+    held_job: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As `run` does at start: not Spark's error logs and a violation at every version."""
+    origin = Path(held_job["config"].origin)
+    bad = origin.with_name("config-bad-invariant.toml")  # beside it: the same paths
+    text = origin.read_text()
+    broken = text.replace('"SELECT total FROM total_balance"', '"SELECT totl FROM total_balance"')
+    assert broken != text
+    bad.write_text(broken)
+    capsys.readouterr()
+    assert main(["check", str(bad)]) == 1
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if " deltamv.session " not in line]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"deltamv: error: {bad}: invariants.money_is_conserved.constant:"), (
+        err
+    )
+    assert "`totl` cannot be resolved" in lines[0] and out == "", (out, err)

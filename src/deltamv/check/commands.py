@@ -62,9 +62,11 @@ def register_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
 # -- check ---------------------------------------------------------------------------------
 def _check(args: argparse.Namespace) -> int:
     from deltamv.check.invariants import check_job, views_to_check
+    from deltamv.cli import quiet_query_context_logs
     from deltamv.config import load_config
     from deltamv.session import build_spark
 
+    quiet_query_context_logs(args.verbose)
     config = load_config(args.config)
     views_to_check(config, args.view)  # before Spark starts: unknown views, no versions yet
     truth = None

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from deltamv.errors import DeltaMVError
+from deltamv.errors import DeltaMVError, first_line
 
 __all__ = [
     "CATALOG",
@@ -120,9 +120,8 @@ def read_version(spark: SparkSession, table_path: str, version: int) -> DataFram
     try:
         return spark.read.format("delta").option("versionAsOf", version).load(table_path)
     except AnalysisException as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DeltaMVError(
-            f"delta-spark cannot read version {version} of {table_path}: {first}"
+            f"delta-spark cannot read version {version} of {table_path}: {first_line(e)}"
         ) from e
 
 

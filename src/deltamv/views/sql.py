@@ -7,14 +7,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BooleanType
 
 from deltamv.config import JobConfig
-from deltamv.errors import ConfigError
+from deltamv.errors import ConfigError, first_line
 from deltamv.schema import alike_names
 from deltamv.views.ivm import W as WEIGHT
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
 
 
 def register_empty_tables(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
@@ -39,7 +34,7 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
             views[name] = spark.sql(view.sql)
             views[name].schema  # noqa: B018 - forces analysis
         except PySparkException as exc:
-            raise ConfigError(f"views.{name}.sql", _first_line(exc), source=config.origin) from None
+            raise ConfigError(f"views.{name}.sql", first_line(exc), source=config.origin) from None
         names = views[name].schema.names
         if not names:
             raise ConfigError(
@@ -66,7 +61,7 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
         try:
             schema = spark.sql(inv.sql).schema
         except PySparkException as exc:
-            raise ConfigError(key, _first_line(exc), source=config.origin) from None
+            raise ConfigError(key, first_line(exc), source=config.origin) from None
         if inv.kind == "always" and (
             len(schema.fields) != 1 or not isinstance(schema.fields[0].dataType, BooleanType)
         ):
