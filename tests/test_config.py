@@ -64,6 +64,15 @@ def test_errors_name_the_key(tmp_path: Path, change: tuple[str, str], key: str) 
     assert "\n" not in str(info.value)
 
 
+def test_an_interval_without_its_unit_says_how_to_write_it(tmp_path: Path) -> None:
+    text = GOOD.replace('trigger_interval = "500 ms"', "trigger_interval = 5")
+    with pytest.raises(ConfigError) as info:
+        load_config(write(tmp_path, text))
+    assert str(info.value).endswith(
+        "job.trigger_interval: 5 has no unit: write it as a string, like '5 seconds'"
+    )
+
+
 def test_a_comment_with_a_comma_is_one_column(tmp_path: Path) -> None:
     # (a TOML "\\" is one backslash: the comment is 'name, then \'initials\'')
     text = GOOD.replace("owner STRING", "owner STRING COMMENT 'name, then \\\\'initials\\\\''")

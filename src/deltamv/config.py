@@ -326,6 +326,10 @@ class _Reader:
         return str((self.base_dir / text).resolve()) if not os.path.isabs(text) else text
 
     def interval(self, value: Any, key: str) -> float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            raise self.err(
+                key, f"{value!r} has no unit: write it as a string, like '{value} seconds'"
+            )
         try:
             return parse_interval(self.string(value, key))
         except ValueError as exc:
