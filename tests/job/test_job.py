@@ -3,6 +3,7 @@ in test_job_oracle.py)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -457,7 +458,7 @@ def test_a_checkpoint_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
 
 
 def test_a_snapshot_row_whose_primary_key_changes_under_one_key_leaves_no_copy(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A snapshot's rows have no change-log key, so a change finds one by primary key. A
     row's primary key may change while its key stays (TiDB's tables without a clustered
@@ -507,7 +508,16 @@ def test_a_snapshot_row_whose_primary_key_changes_under_one_key_leaves_no_copy(
         delete, commit(30, "c"),
         log.resolved(1, 40),
     ])  # fmt: skip
-    ViewJob(load_config(tmp_path / "config.toml"), spark).run(once=True)
+    caplog.set_level(logging.INFO, logger="deltamv")
+    ours = logging.getLogger("deltamv")  # (it does not propagate to caplog's root handler)
+    ours.addHandler(caplog.handler)
+    try:
+        ViewJob(load_config(tmp_path / "config.toml"), spark).run(once=True)
+    finally:
+        ours.removeHandler(caplog.handler)
+    # the start's version is said, before batch 0 (which commits nothing of it) is
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("deltamv")]
+    assert "snapshot: published as the first version of 3 output(s), watermark 5" in said, said
 
     got = {t: sorted((r["id"], r["x"]) for r in delta.read_arrow(str(tmp_path / "out" / f"v{t}"))
                      .to_pylist()) for t in tables}  # fmt: skip

@@ -400,9 +400,12 @@ class BatchRunner:
             if self.store.outbox.entries(-1):
                 clock = _Clock()
                 self._publish(-1, clock)
-                self.store.finish_batch(
-                    -1, committed_watermark=self.store.progress().watermark, duration_ms=0
-                )
+                watermark = self.store.progress().watermark
+                self.store.finish_batch(-1, committed_watermark=watermark, duration_ms=0)
+                log.info(
+                    "snapshot: published as the first version of %d output(s), watermark %d",
+                    len(self.targets), watermark,
+                )  # fmt: skip
 
     def _start(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
         self.views.sync_state()
