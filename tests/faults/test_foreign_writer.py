@@ -127,6 +127,27 @@ def test_second_job_with_the_same_name_refuses_to_run(
     assert view_state(bank) == {"total_balance": [115], "rich": [115]}
 
 
+def test_a_view_renamed_on_its_path_is_named_with_its_old_name(
+    spark: Any, bank: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "another job": the checkpoint wrote the table, as the view's old name."""
+    assert run_cli(bank, capsys) == (0, None)
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+    assert run_cli(bank, capsys) == (0, None)
+    (bank / "config.toml").write_text(CONFIG.replace("[views.rich]", "[views.wealthy]"))
+    segment(bank, 1, 3, lines([resolved(1, 160)]))
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error == (
+        f"deltamv: error: {bank / 'config.toml'}: views.wealthy.path: {bank / 'out' / 'views' / 'rich'} holds"
+        " versions this job wrote for another of its outputs (view rich, no longer in the"
+        " config: renamed?): an output keeps its path under its name; keep the old name, or"
+        " give this one a new path (it is then built there from the tables)"
+    ), error
+    assert view_state(bank) == {"total_balance": [115, 140], "rich": [115, 140]}
+
+
 def test_second_job_on_the_same_checkpoint_refuses_to_run(
     spark: Any, bank: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -90,6 +90,8 @@ def check_tables(
             )
             if ours:
                 continue
+            if recorded is None and _made_here(info, config.name, checkpoint_id):
+                raise _renamed(config, target, store, targets)
             if recorded is None:
                 raise CommitConflictError(
                     f"table {path} holds versions that this job's checkpoint"
@@ -111,6 +113,26 @@ def check_tables(
                 f"{exc}; a table keeps its columns: give it a new path",
                 source=config.origin,
             ) from None
+
+
+def _made_here(info: Mapping[str, object], job: str, checkpoint_id: str) -> bool:
+    return info.get(JOB_KEY) == job and info.get(CHECKPOINT_KEY) == checkpoint_id
+
+
+def _renamed(
+    config: JobConfig, target: Target, store: StateStore, targets: Mapping[str, Target]
+) -> ConfigError:
+    """This checkpoint wrote the table, for an output of another name: one renamed in the
+    config (its state and versions are kept under its name)."""
+    gone = sorted(t.replace(":", " ", 1) for t in store.committed_targets() if t not in targets)
+    were = f" ({', '.join(gone)}, no longer in the config: renamed?)" if gone else ""
+    return ConfigError(
+        target.key,
+        f"{target.path} holds versions this job wrote for another of its outputs{were}:"
+        " an output keeps its path under its name; keep the old name, or give this one a"
+        " new path (it is then built there from the tables)",
+        source=config.origin,
+    )
 
 
 def _made_by(handle: DeltaTableHandle, version: int, job: str, checkpoint_id: str) -> bool:
