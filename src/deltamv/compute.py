@@ -3,19 +3,26 @@
 The pipeline (matching, release) and the incremental view maintenance work on Arrow
 tables; relational steps over them (group, join, window) run here, in-process and
 vectorised, instead of a Spark job each. Only tables handed to :meth:`Compute.query`
-are visible to a query (no replacement scans of Python variables).
+are visible to a query: DuckDB finds them by name in a namespace that holds them alone
+(its Python replacement scan looks in the frame that runs the query, and no further),
+which halves the cost of a small join of two tables against registering each one for
+the query and dropping it after (2.0 against 3.7 ms in one measurement).
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
 
 __all__ = ["Compute"]
+
+
+# Run in a namespace whose names are the query's tables alone: DuckDB's replacement scan
+# reads them from there (the globals hold only the connection and the SQL, under names
+# no table has).
+_QUERY = compile("__result = __con.sql(__sql).to_arrow_table()", "<deltamv.compute>", "exec")
 
 
 class Compute:
@@ -27,7 +34,9 @@ class Compute:
         config: dict[str, str | bool | int | float | list[str]] = {
             "threads": str(threads or min(4, os.cpu_count() or 2)),
             "memory_limit": memory_limit,
-            "python_enable_replacements": "false",
+            # replacement scans find a query's tables in the namespace :meth:`query`
+            # runs it in; the current frame only (not python_scan_all_frames)
+            "python_enable_replacements": "true",
             "preserve_insertion_order": "true",
         }
         if temp_dir:
@@ -36,24 +45,13 @@ class Compute:
         # Spark's session time zone in deltamv (a date of a timestamp, its hour): the
         # machine's own, DuckDB's default, would shift them by the zone's offset.
         self.con.execute("SET TimeZone = 'UTC'")
-        self._names: list[str] = []
-
-    @contextlib.contextmanager
-    def tables(self, tables: Mapping[str, pa.Table]) -> Iterator[None]:
-        """Make ``tables`` visible to queries by name for the duration of the block."""
-        for name, table in tables.items():
-            self.con.register(name, table)
-        try:
-            yield
-        finally:
-            for name in tables:
-                with contextlib.suppress(duckdb.Error):
-                    self.con.unregister(name)
 
     def query(self, sql: str, /, **tables: pa.Table) -> pa.Table:
         """The result of ``sql`` over ``tables`` (each visible by its keyword name)."""
-        with self.tables(tables):
-            return self.con.sql(sql).to_arrow_table()
+        scope: dict[str, object] = dict(tables)
+        exec(_QUERY, {"__builtins__": {}, "__con": self.con, "__sql": sql}, scope)
+        result: pa.Table = scope["__result"]
+        return result
 
     def close(self) -> None:
         """Close the connection and let go of it (a closed connection kept alive past
