@@ -404,7 +404,7 @@ class BatchRunner:
                 self.store.finish_batch(-1, committed_watermark=watermark, duration_ms=0)
                 log.info(
                     "snapshot: published as the first version of %d output(s), watermark %d",
-                    len(self.targets), watermark,
+                    sum(not t.internal for t in self.targets.values()), watermark,
                 )  # fmt: skip
 
     def _start(self, snapshot: Iterable[tuple[str, pa.Table]] | None) -> None:
