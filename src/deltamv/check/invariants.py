@@ -27,7 +27,8 @@ from pyspark.sql import SparkSession
 from deltamv import delta
 from deltamv.check.oracle import TruthSource, expected_rows
 from deltamv.config import InvariantConfig, JobConfig
-from deltamv.errors import ConfigError, DeltaMVError, first_line
+from deltamv.errors import DeltaMVError, first_line
+from deltamv.views.sql import analyse_invariant
 
 __all__ = ["CheckReport", "ViewCheck", "Violation", "check_job", "views_to_check"]
 
@@ -146,35 +147,19 @@ def check_job(
 
 def _analyse_invariants(spark: SparkSession, config: JobConfig, names: Sequence[str]) -> None:
     """Each invariant of the views checked, analysed once over an empty table of its
-    view's latest schema, as the job does at start: SQL that cannot run over the view
-    (a typo, a column it does not have) raises ConfigError naming the invariant's key,
-    instead of a violation at every version."""
+    view's latest schema, as the job does at start (:func:`analyse_invariant`): SQL that
+    cannot run over the view raises ConfigError naming the invariant's key, instead of a
+    violation at every version."""
     for name, inv in config.invariants.items():
         path = config.views[inv.view].path
         if inv.view not in names or delta.table_version(path) is None:
             continue
         schema = delta.arrow_to_spark(delta.arrow_schema(path))
         spark.createDataFrame([], schema).createOrReplaceTempView(inv.view)
-        key = f"invariants.{name}.{inv.kind}"
         try:
-            fields = spark.sql(inv.sql).schema.fields
-        except PySparkException as exc:
-            raise ConfigError(key, first_line(exc), source=config.origin) from None
+            analyse_invariant(spark, config, name)
         finally:
             spark.catalog.dropTempView(inv.view)
-        if inv.kind == "always" and (
-            len(fields) != 1 or fields[0].dataType.typeName() != "boolean"
-        ):
-            raise ConfigError(
-                key,
-                "an 'always' invariant must return exactly one BOOLEAN column; over view"
-                f" {inv.view!r} it returns {', '.join(_typed(f) for f in fields) or 'none'}",
-                source=config.origin,
-            )
-
-
-def _typed(field: Any) -> str:
-    return f"{field.name} {field.dataType.simpleString().upper()}"
 
 
 def _published_tables(config: JobConfig) -> dict[str, tuple[str, str]]:

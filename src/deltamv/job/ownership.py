@@ -84,8 +84,7 @@ def check_tables(
             version = int(str(info.get("version", -1)))
             ours = (
                 version == base + 1
-                and info.get(JOB_KEY) == config.name
-                and info.get(CHECKPOINT_KEY, checkpoint_id) == checkpoint_id
+                and _made_here(info, config.name, checkpoint_id)
                 and str(info.get(BATCH_KEY)) in (str(pending), str(pending - 1))
             )
             if ours:
@@ -116,7 +115,9 @@ def check_tables(
 
 
 def _made_here(info: Mapping[str, object], job: str, checkpoint_id: str) -> bool:
-    return info.get(JOB_KEY) == job and info.get(CHECKPOINT_KEY) == checkpoint_id
+    """A commit's info carries this job's name and checkpoint (a commit of a version
+    without the checkpoint key, which older versions of deltamv did not write, counts)."""
+    return info.get(JOB_KEY) == job and info.get(CHECKPOINT_KEY, checkpoint_id) == checkpoint_id
 
 
 def _renamed(
@@ -139,4 +140,4 @@ def _made_by(handle: DeltaTableHandle, version: int, job: str, checkpoint_id: st
     """The commit of ``version`` carries this job's name and checkpoint."""
     found = handle.commits_since(version - 1)
     info = found[0] if found and found[0].get("version") == version else {}
-    return info.get(JOB_KEY) == job and info.get(CHECKPOINT_KEY, checkpoint_id) == checkpoint_id
+    return _made_here(info, job, checkpoint_id)

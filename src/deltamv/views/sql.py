@@ -56,19 +56,29 @@ def check_sql(spark: SparkSession, config: JobConfig) -> None:
                 source=config.origin,
             )
     for name, inv in config.invariants.items():
-        key = f"invariants.{name}.{inv.kind}"
         views[inv.view].createOrReplaceTempView(inv.view)
-        try:
-            schema = spark.sql(inv.sql).schema
-        except PySparkException as exc:
-            raise ConfigError(key, first_line(exc), source=config.origin) from None
-        if inv.kind == "always" and (
-            len(schema.fields) != 1 or not isinstance(schema.fields[0].dataType, BooleanType)
-        ):
-            raise ConfigError(
-                key,
-                "an 'always' invariant must return exactly one BOOLEAN column",
-                source=config.origin,
-            )
+        analyse_invariant(spark, config, name)
     for name in config.views:
         spark.catalog.dropTempView(name)
+
+
+def analyse_invariant(spark: SparkSession, config: JobConfig, name: str) -> None:
+    """Analyse invariant ``name``'s SQL over its view, registered as a temporary view of
+    that name. Raises ConfigError naming the invariant's key when the SQL cannot run there,
+    or an ``always`` query does not return one BOOLEAN column."""
+    inv = config.invariants[name]
+    key = f"invariants.{name}.{inv.kind}"
+    try:
+        fields = spark.sql(inv.sql).schema.fields
+    except PySparkException as exc:
+        raise ConfigError(key, first_line(exc), source=config.origin) from None
+    if inv.kind == "always" and (
+        len(fields) != 1 or not isinstance(fields[0].dataType, BooleanType)
+    ):
+        returned = ", ".join(f"{f.name} {f.dataType.simpleString().upper()}" for f in fields)
+        raise ConfigError(
+            key,
+            "an 'always' invariant must return exactly one BOOLEAN column; over view"
+            f" {inv.view!r} it returns {returned or 'none'}",
+            source=config.origin,
+        )
