@@ -3,6 +3,8 @@ with a non-zero exit and one line naming the key."""
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +14,21 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 
-from tests.helpers.bank import CONFIG, TOTAL_BALANCE_SQL, run_cli
+from deltamv.state.store import STATE_FILE
+from tests.helpers.bank import (
+    CONFIG,
+    GOOD_2_2,
+    TOTAL_BALANCE_SQL,
+    commit,
+    lines,
+    put,
+    resolved,
+    run_cli,
+    segment,
+    totals,
+    view_state,
+    write_start,
+)
 
 # id: (the config's text -> the bad text, the key named, a part of the reason)
 CASES = {
@@ -73,6 +89,62 @@ def test_config_error_names_the_key_before_anything_is_read(
     assert error is not None and f"{key}: " in error and reason in error, error
     assert not (tmp_path / "state").exists()
     assert not (tmp_path / "out").exists()
+
+
+def test_a_table_keeps_its_columns_and_primary_key_for_its_checkpoints_life(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The state holds the table's rows, and a prewrite still waiting for its commit, with
+    the declared columns: another declaration is refused in one line naming the key, and
+    nothing is committed; the old one runs on and loses nothing."""
+    bank = write_start(tmp_path)
+    assert run_cli(bank, capsys) == (0, None)
+    segment(bank, 1, 2, lines([put(1, 130, 1, 50), resolved(1, 125)]))  # pending in the state
+    assert run_cli(bank, capsys) == (0, None)
+    config = bank / "config.toml"
+    checkpoint = bank / "state" / "_checkpoint"
+    held = "columns (id BIGINT, owner STRING, balance BIGINT) and primary key (id)"
+    advice = (
+        ": a table keeps its columns and primary key for its checkpoint's life (the rows held"
+        " have no values for a new column); restore them, or start the job with a new"
+        " checkpoint and new output paths"
+    )
+    changes = {
+        "balance BIGINT": ("balance BIGINT, note STRING", "schema", "adds note STRING"),
+        "balance BIGINT\"": ("balance DOUBLE\"", "schema", "declares balance DOUBLE"),
+        "owner STRING, balance BIGINT": ("balance BIGINT, owner STRING", "schema",
+                                         "orders them (id, balance, owner)"),
+        '["id"]': ('["id", "owner"]', "primary_key", "declares the primary key (id, owner)"),
+    }  # fmt: skip
+    for old, (new, key, what) in changes.items():
+        config.write_text(CONFIG.replace(old, new))
+        code, error = run_cli(bank, capsys)
+        assert code == 1
+        assert error == (
+            f"deltamv: error: {config}: tables.accounts.{key}: the job's checkpoint {checkpoint}"
+            f" holds the rows of accounts with {held}, and this config {what}{advice}"
+        ), error
+    assert view_state(bank) == {"total_balance": [115], "rich": [115]}
+    # A state written before the declarations were recorded: its mirror's column names.
+    with contextlib.closing(sqlite3.connect(checkpoint / STATE_FILE)) as db, db:
+        db.execute("DELETE FROM meta WHERE k = 'table.accounts'")
+    config.write_text(CONFIG.replace("balance BIGINT", "balance BIGINT, note STRING"))
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert (
+        error is not None
+        and (
+            "holds the rows of accounts with columns (id, owner, balance), and this config adds"
+            " note STRING"
+        )
+        in error
+    ), error
+    config.write_text(CONFIG)
+    segment(bank, 1, 3, lines([commit(1, 130, 131, 1), resolved(1, 150)]))
+    segment(bank, 2, 2, GOOD_2_2)
+    assert run_cli(bank, capsys) == (0, None)
+    assert view_state(bank) == {"total_balance": [115, 140], "rich": [115, 140]}
+    assert totals(bank) == (300, 3)
 
 
 def test_view_path_holding_a_table_someone_else_wrote(

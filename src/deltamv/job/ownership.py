@@ -2,6 +2,9 @@
 
 - A path that holds a Delta table some other program (or another deltamv job) wrote is
   refused, naming the config key.
+- A source table keeps the columns and primary key it was declared with when the job's
+  state took its first rows: the rows kept (the mirrors, changes not yet released) are
+  stored with them, and a new column's values in them are unknown.
 - Each existing table must be at the version the job's state recorded, or one version
   past it if that commit is this job's own (a crash after the commit, before the state
   heard of it). Commits carry ``deltamv.checkpoint``, a random id of the job's checkpoint,
@@ -10,18 +13,20 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
-from deltamv.config import JobConfig
+from deltamv.config import JobConfig, TableConfig
 from deltamv.delta import empty_commit_files
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, owner_of
 from deltamv.delta.housekeeping import last_checkpoint
 from deltamv.delta.table import DeltaTableHandle
 from deltamv.errors import CommitConflictError, ConfigError, StorageError
 from deltamv.job.targets import CHECKPOINT_KEY, Target
+from deltamv.state.keyed import KEY, mirror_table
 from deltamv.state.store import StateStore
 
-__all__ = ["check_owners", "check_tables"]
+__all__ = ["check_declarations", "check_owners", "check_tables"]
 
 
 def check_owners(config: JobConfig) -> None:
@@ -112,6 +117,74 @@ def check_tables(
                 f"{exc}; a table keeps its columns: give it a new path",
                 source=config.origin,
             ) from None
+
+
+def check_declarations(config: JobConfig, store: StateStore) -> None:
+    """Refuse a table whose columns or primary key differ from those the job's state holds
+    its rows with (a change-log job; a PostgreSQL job checks its catalog's columns). Until
+    the state takes its first rows (the snapshot, or the start before the first batch) a
+    declaration may change: its empty mirror is made anew. A state from before the
+    declarations were recorded is checked by its mirrors' column names."""
+    started = store.progress().bootstrapped
+    for name, table in config.tables.items():
+        now = _declared(table)
+        recorded = store.declaration(name)
+        if recorded == json.dumps(now):
+            continue
+        if not started:
+            store.drop_table(mirror_table(name))  # it holds no rows: made with the new columns
+        else:
+            was = json.loads(recorded) if recorded is not None else _mirror_columns(store, name)
+            columns, key = _changes(was, now) if was is not None else ([], [])
+            if was is not None and (columns or key):
+                raise ConfigError(
+                    f"tables.{name}.{'schema' if columns else 'primary_key'}",
+                    f"the job's checkpoint {config.checkpoint} holds the rows of {name} with"
+                    f" {_describe(was)}, and this config {', '.join(columns + key)}: a table"
+                    " keeps its columns and primary key for its checkpoint's life (the rows"
+                    " held have no values for a new column); restore them, or start the job"
+                    " with a new checkpoint and new output paths",
+                    source=config.origin,
+                )
+        store.set_declaration(name, json.dumps(now))
+
+
+def _declared(table: TableConfig) -> dict[str, list[str]]:
+    columns = [
+        f"{c.name} {c.ddl_type}{'' if c.nullable else ' NOT NULL'}" for c in table.schema.columns
+    ]
+    return {"columns": columns, "primary_key": list(table.primary_key)}
+
+
+def _mirror_columns(store: StateStore, table: str) -> dict[str, list[str]] | None:
+    """A state from before the declarations were recorded: its mirror's column names (no
+    types, no primary key), or None if it has no mirror of ``table``."""
+    names = store.column_names(mirror_table(table))
+    return {"columns": [n for n in names if n != KEY], "primary_key": []} if names else None
+
+
+def _changes(was: dict[str, list[str]], now: dict[str, list[str]]) -> tuple[list[str], list[str]]:
+    """What ``now`` changes of ``was``: of the columns (each named with its type, or by
+    name alone for a mirror's names), and of the primary key."""
+    old = {c.split(" ", 1)[0]: c for c in was["columns"]}
+    new = {c.split(" ", 1)[0]: c for c in now["columns"]}
+    typed = any(" " in c for c in was["columns"])
+    columns = [f"adds {new[n]}" for n in new if n not in old]
+    columns += [f"drops {n}" for n in old if n not in new]
+    columns += [f"declares {new[n]}" for n in new if typed and n in old and new[n] != old[n]]
+    if not columns and list(old) != list(new):
+        columns.append(f"orders them ({', '.join(new)})")
+    key = []
+    if was["primary_key"] and was["primary_key"] != now["primary_key"]:
+        key.append(f"declares the primary key ({', '.join(now['primary_key'])})")
+    return columns, key
+
+
+def _describe(declared: dict[str, list[str]]) -> str:
+    key = declared["primary_key"]
+    return f"columns ({', '.join(declared['columns'])})" + (
+        f" and primary key ({', '.join(key)})" if key else ""
+    )
 
 
 def _made_here(info: Mapping[str, object], job: str, checkpoint_id: str) -> bool:

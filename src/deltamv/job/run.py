@@ -37,7 +37,7 @@ from deltamv.delta.table import DeltaTableHandle
 from deltamv.errors import CommitConflictError, ConfigError, DeltaMVError, StorageError, unwire
 from deltamv.job.batch import BatchReport, BatchRunner
 from deltamv.job.changelog import ChangelogUpstream
-from deltamv.job.ownership import check_owners, check_tables
+from deltamv.job.ownership import check_declarations, check_owners, check_tables
 from deltamv.job.targets import targets_of
 from deltamv.job.upstream import Upstream
 from deltamv.job.views import ViewSet
@@ -163,6 +163,8 @@ class ViewJob:
     # -- the start -------------------------------------------------------------------------
     def _open(self, store: StateStore, compute: Compute, upstream: Any) -> BatchRunner:
         config = self.config
+        if config.upstream.kind != "postgres":  # (which checks its catalog's columns)
+            check_declarations(config, store)
         mirrors = {
             name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
             for name, t in config.tables.items()

@@ -268,6 +268,11 @@ def mirror_schema(columns: pa.Schema) -> pa.Schema:
     return pa.schema([pa.field(KEY, pa.string()), *(f.with_nullable(True) for f in columns)])
 
 
+def mirror_table(table: str) -> str:
+    """The name of ``table``'s mirror in the state file."""
+    return f"m_{table}"
+
+
 class Mirror(KeyedTable):
     """A source table at the applied watermark (see the module doc).
 
@@ -277,7 +282,9 @@ class Mirror(KeyedTable):
     def __init__(
         self, db: sqlite3.Connection, table: str, columns: pa.Schema, primary_key: Sequence[str]
     ) -> None:
-        super().__init__(db, f"m_{table}", mirror_schema(columns), indexes=[list(primary_key)])
+        super().__init__(
+            db, mirror_table(table), mirror_schema(columns), indexes=[list(primary_key)]
+        )
         self.drop_index([KEY])  # a state written before the index left the NULLs out
         self.ensure_index([KEY], non_null=True)
         self.table = table

@@ -547,6 +547,19 @@ class StateStore(_Reader):
     def drop_table(self, name: str) -> None:
         self.db.execute(f"DROP TABLE IF EXISTS {quote_name(name)}")
 
+    def column_names(self, table: str) -> list[str]:
+        """The columns of the state file's table ``table`` (none when there is no such table)."""
+        return [row[1] for row in self.db.execute(f"PRAGMA table_info({quote_name(table)})")]
+
+    # -- the source tables' declarations ------------------------------------------------------
+    def declaration(self, table: str) -> str | None:
+        """How ``table`` was declared (columns, primary key: JSON) when recorded."""
+        return self._meta(f"table.{table}")
+
+    def set_declaration(self, table: str, value: str) -> None:
+        with self.transaction():
+            self._put(f"table.{table}", value)
+
     # -- committed outputs -----------------------------------------------------------------
     def record_commit(self, target: str, version: int, batch: int) -> None:
         with self._transaction(bookkeeping=True):
