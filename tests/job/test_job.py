@@ -524,6 +524,48 @@ def test_a_snapshot_row_whose_primary_key_changes_under_one_key_leaves_no_copy(
     assert got == {"a": [(4, 0), (30, 1)], "b": [(4, 0), (30, 1)], "c": [(4, 0)]}
 
 
+def test_a_delete_by_key_alone_of_a_snapshot_row_is_named_at_its_record(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Which snapshot row (they have no keys) a DELETE without its old_value removes is
+    unknown: the job stops, naming the file and line of the DELETE's PREWRITE, read by
+    an earlier batch than its COMMIT; nothing of the batch is committed."""
+    import json
+
+    from deltamv.errors import BadRecordError
+    from tests.helpers import changelog as log
+
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "blind"\nchangelog = "changelog"\ncheckpoint = "ck"\n'
+        'snapshot = "snapshot"\n\n[tables.t]\nschema = "id BIGINT, x BIGINT"\n'
+        'primary_key = ["id"]\n\n[views.n]\nsql = "SELECT COUNT(*) AS n FROM t"\n'
+        'path = "out/n"\n'
+    )
+    (tmp_path / "snapshot" / "t").mkdir(parents=True)
+    (tmp_path / "snapshot" / "t" / "rows.jsonl").write_text('{"id": 3, "x": 0}\n')
+    (tmp_path / "snapshot" / "_snapshot.json").write_text('{"ts": 5}')
+    changelog = tmp_path / "changelog"
+    delete = {"region": 1, "type": "PREWRITE", "start_ts": 30, "table": "t", "key": "t/3",
+              "op": "DELETE"}  # fmt: skip
+    first = log.write_segment(changelog, 1, 1, [log.initialized(1, "", ""), log.resolved(1, 20),
+                                                delete, log.resolved(1, 30)])  # fmt: skip
+    config = load_config(tmp_path / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    log.write_segment(changelog, 1, 2, [log.commit(1, 30, 31, "t/3", table="t"),
+                                        log.resolved(1, 40)])  # fmt: skip
+    with pytest.raises(BadRecordError) as raised:
+        ViewJob(config, spark).run(once=True)
+    assert str(raised.value) == (
+        f"bad record at {first}:3: a DELETE of key 't/3' (commit_ts 31) names no whole old"
+        " primary key (old_value), and no row of table t holds that key: the row may have"
+        " come from the snapshot, whose rows have no keys, so the job cannot tell which row"
+        " to delete. Give DELETEs of snapshot rows their old_value (at least the primary"
+        " key), or start the job without a snapshot"
+    )
+    assert [v.watermark for v in delta.versions(str(tmp_path / "out" / "n"))] == [5, 30]
+    assert json.loads(first.read_text().splitlines()[2])["op"] == "DELETE"
+
+
 def test_a_view_of_the_time_of_evaluation_is_recomputed_at_every_batch(
     spark: Any, bank: Path
 ) -> None:

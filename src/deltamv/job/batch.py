@@ -44,7 +44,7 @@ from deltamv.state.chunks import OutboxEntry
 from deltamv.state.keyed import KEY, Mirror
 from deltamv.state.store import StateStore
 from deltamv.views.ivm import Batch
-from deltamv.views.mirror import TableChange, apply_change, table_change
+from deltamv.views.mirror import BlindDeleteError, TableChange, apply_change, table_change
 
 __all__ = ["BatchReport", "BatchRunner"]
 
@@ -192,10 +192,15 @@ class BatchRunner:
 
     def _maintain(self, batch: int, result: IngestResult, clock: _Clock) -> None:
         """Apply a batch's released changes to mirrors and views; stage every output."""
-        table_changes: dict[str, TableChange] = {
-            t: table_change(self.compute, self.mirrors[t], rows, truncate=t in result.truncated)
-            for t, rows in result.changes.items()
-        }
+        try:
+            table_changes: dict[str, TableChange] = {
+                t: table_change(self.compute, self.mirrors[t], rows, truncate=t in result.truncated)
+                for t, rows in result.changes.items()
+            }
+        except BlindDeleteError as exc:  # named at its record (its batch's too: in the state)
+            where = None if exc.commit_ts is None else self.upstream.locate(
+                self.store, exc.key, exc.commit_ts)  # fmt: skip
+            raise exc if where is None else exc.at(*where) from None
         deltas = {t: c.delta for t, c in table_changes.items() if c.delta.num_rows}
         b = Batch(self.compute, self.mirrors, deltas)
         was_ready = {n: self.views.ready(n) for n in self.views.views}

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,10 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
 from deltamv.changelog.batch import SegmentFingerprint, parse_segments
-from deltamv.changelog.segments import Segment, scan_region
+from deltamv.changelog.events import COMMIT, COMMITTED, PREWRITE
+from deltamv.changelog.format import read_segment
+from deltamv.changelog.segments import Segment, SegmentFormat, scan_region
 from deltamv.changelog.snapshot import iter_snapshot, read_snapshot_ts
 from deltamv.changelog.source import (
     SOURCE_NAME,
@@ -126,6 +130,39 @@ class ChangelogUpstream:
 
     def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
         return {}
+
+    def locate(self, store: StateStore, key: str, commit_ts: int) -> tuple[str, int] | None:
+        """Searched in the segments the job read (the failing batch's too: its ledger
+        entries are in the open transaction), the latest first: the change's COMMITTED
+        record, or its COMMIT, whose start_ts then finds its PREWRITE."""
+        read = sorted(store.segments_up_to(sys.maxsize), key=lambda r: (r.batch, r.seq),
+                      reverse=True)  # fmt: skip
+        start_ts = None
+        for record in read:
+            fmt: SegmentFormat = "parquet" if record.path.endswith(".parquet") else "jsonl"
+            try:
+                events = read_segment(Segment(record.region, record.seq, record.path, fmt),
+                                      self.schemas)  # fmt: skip
+            except DeltaMVError:
+                continue  # (changed since it was read: the ledger says so at the next start)
+            events = events.filter(pc.equal(events.column("key"), key))
+            kind = events.column("type")
+            if start_ts is None:
+                at = events.filter(pc.equal(events.column("commit_ts"), commit_ts))
+                committed = at.filter(pc.equal(at.column("type"), COMMITTED))
+                if committed.num_rows:
+                    return record.path, int(committed.column("line")[0].as_py())
+                commits = at.filter(pc.equal(at.column("type"), COMMIT))
+                if commits.num_rows:
+                    start_ts = commits.column("start_ts")[0].as_py()
+                    kind = events.column("type")
+            if start_ts is not None:
+                prewrites = events.filter(
+                    pc.and_(pc.equal(kind, PREWRITE), pc.equal(events.column("start_ts"), start_ts))
+                )
+                if prewrites.num_rows:
+                    return record.path, int(prewrites.column("line")[0].as_py())
+        return None
 
     def after_batch(self, batch: int) -> None:
         if self.ledger is not None:

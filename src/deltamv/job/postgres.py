@@ -393,6 +393,9 @@ class PostgresUpstream:
     def _logged_offset(self, batch: int) -> int:
         return int(logged_offset(self.offset_log, batch)["lsn"])
 
+    def locate(self, store: StateStore, key: str, commit_ts: int) -> tuple[str, int] | None:
+        return None  # (no records: a change is a message of the slot)
+
     def commit_metadata(self, store: StateStore, batch: int) -> Mapping[str, str]:
         record = store.batch_record(batch) if batch >= 0 else None
         pg_lsn = (record.offsets or {}).get("pg_lsn") if record is not None else None

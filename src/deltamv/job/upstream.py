@@ -67,6 +67,13 @@ class Upstream(Protocol):
         """Extra commit-info keys for the versions of ``batch``."""
         ...
 
+    def locate(self, store: StateStore, key: str, commit_ts: int) -> tuple[str, int] | None:
+        """The file and line of the record carrying the change of ``key`` committed at
+        ``commit_ts`` (its PREWRITE, or COMMITTED from a region's initial scan), for an
+        error found after the change was released; None if the upstream has no such
+        records. Called on an error's path only: it may read many files."""
+        ...
+
     def after_batch(self, batch: int) -> None:
         """A batch is finished (every output committed)."""
         ...

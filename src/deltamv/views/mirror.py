@@ -23,12 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from deltamv.compute import Compute
-from deltamv.errors import DeltaMVError
+from deltamv.errors import BadRecordError, DeltaMVError
 from deltamv.schema import change_column
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W, consolidate
 
-__all__ = ["TableChange", "apply_change", "table_change"]
+__all__ = ["BlindDeleteError", "TableChange", "apply_change", "table_change"]
 
 
 @dataclass(frozen=True)
@@ -229,16 +229,30 @@ def _check_blind_deletes(
     unknown = deletes.filter(blind)
     if unknown.num_rows == 0 or not mirror.has_keyless_rows():
         return
-    key = unknown.column("key")[0].as_py()
-    ts = f" (commit_ts {unknown.column('commit_ts')[0].as_py()})" if (
-        "commit_ts" in unknown.column_names) else ""  # fmt: skip
-    raise DeltaMVError(
-        f"table {mirror.table}: a DELETE of key {key!r}{ts} names no whole old primary"
-        " key (old_value), and no row holds that key: the row may have come from the"
-        " snapshot, whose rows have no keys, so the job cannot tell which row to delete."
-        " Give DELETEs of snapshot rows their old_value (at least the primary key), or"
-        " start the job without a snapshot"
-    )
+    first = unknown.slice(0, 1).to_pylist()[0]
+    raise BlindDeleteError(mirror.table, first["key"], first.get("commit_ts"))
+
+
+class BlindDeleteError(DeltaMVError):
+    """A DELETE that names only its key, of a key no row holds, while rows of a snapshot
+    without keys are left (:func:`_check_blind_deletes`). :meth:`at` names the record."""
+
+    def __init__(self, table: str, key: str, commit_ts: int | None) -> None:
+        self.key = key
+        self.commit_ts = commit_ts
+        ts = "" if commit_ts is None else f" (commit_ts {commit_ts})"
+        self.reason = (
+            f"a DELETE of key {key!r}{ts} names no whole old primary key (old_value), and no"
+            f" row of table {table} holds that key: the row may have come from the snapshot,"
+            " whose rows have no keys, so the job cannot tell which row to delete. Give"
+            " DELETEs of snapshot rows their old_value (at least the primary key), or start"
+            " the job without a snapshot"
+        )
+        super().__init__(self.reason)
+
+    def at(self, file: str, line: int) -> BadRecordError:
+        """The error at the record that carries the DELETE."""
+        return BadRecordError(file, line, self.reason)
 
 
 UNCHANGED = "_unchanged"  # columns a PostgreSQL update left out (unchanged TOAST values)
