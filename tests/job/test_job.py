@@ -70,6 +70,20 @@ def test_once_commits_one_consistent_version_per_view(spark: Any, bank: Path) ->
     )
 
 
+def run_saying(spark: Any, config_path: Path, caplog: pytest.LogCaptureFixture) -> list[str]:
+    """One ``run --once`` of the config; what it logged (the "deltamv" logger does not
+    propagate to caplog's root handler)."""
+    caplog.clear()
+    caplog.set_level(logging.INFO, logger="deltamv")
+    ours = logging.getLogger("deltamv")
+    ours.addHandler(caplog.handler)
+    try:
+        ViewJob(load_config(config_path), spark).run(once=True)
+    finally:
+        ours.removeHandler(caplog.handler)
+    return [r.getMessage() for r in caplog.records if r.name.startswith("deltamv")]
+
+
 def _two_runs_around_a_transfer(spark: Any, bank: Path) -> Any:
     """A run over the first segments, the transfer of 50 from 1 to 7, a run over it."""
     config = load_config(bank / "config.toml")
@@ -302,7 +316,9 @@ def test_view_sql_errors_name_the_key_before_reading(
     assert not (bank / "state" / "_checkpoint").exists()
 
 
-def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(spark: Any, bank: Path) -> None:
+def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(
+    spark: Any, bank: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A recomputed view (which reads a Delta copy of its table) and a table copy are
     taken out of the config while changes are applied, and put back: their next version
     is rebuilt, not the next change applied to their old copy (test_bad_input.py takes
@@ -322,7 +338,11 @@ def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(spark: Any, ba
     config_path.write_text(base)
     segment(bank, 1, 2, GOOD_1_2)  # 50 from account 1 to account 7
     segment(bank, 2, 2, GOOD_2_2)
-    ViewJob(load_config(config_path), spark).run(once=True)  # 140, without the two
+    said = run_saying(spark, config_path, caplog)  # 140, without the two
+    assert (
+        "view balances: no longer in the config: its table keeps its last version, no longer"
+        " updated"
+    ) in said, said
     config_path.write_text(with_all)
     segment(bank, 1, 3, lines([put(1, 160, 2, 70), commit(1, 160, 161, 2), resolved(1, 170)]))
     segment(bank, 2, 3, lines([resolved(2, 170)]))
@@ -338,7 +358,7 @@ def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(spark: Any, ba
 
 
 def test_a_view_planned_anew_rebuilds_its_state_with_the_new_column_types(
-    spark: Any, bank: Path
+    spark: Any, bank: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A view's SQL changed so that its state groups by a column of another type (Spark
     can also reorder the groups of several DISTINCT aggregates between sessions): the
@@ -354,7 +374,12 @@ def test_a_view_planned_anew_rebuilds_its_state_with_the_new_column_types(
     config_path.write_text(config_path.read_text().replace(by_owner, by_balance))
     segment(bank, 1, 2, GOOD_1_2)
     segment(bank, 2, 2, GOOD_2_2)
-    ViewJob(load_config(config_path), spark).run(once=True)
+    said = run_saying(spark, config_path, caplog)
+    assert (
+        "view groups: its plan changed since the last run (its SQL, or the rules of this"
+        " deltamv): its state is built again, and its table rewritten in full at the next batch"
+    ) in said, said
+    assert not any(m.startswith("view total_balance: its plan") for m in said), said
     segment(bank, 1, 3, lines([put(1, 160, 2, 150), commit(1, 160, 161, 2), resolved(1, 170)]))
     segment(bank, 2, 3, lines([resolved(2, 170)]))
     ViewJob(load_config(config_path), spark).run(once=True)
@@ -508,15 +533,8 @@ def test_a_snapshot_row_whose_primary_key_changes_under_one_key_leaves_no_copy(
         delete, commit(30, "c"),
         log.resolved(1, 40),
     ])  # fmt: skip
-    caplog.set_level(logging.INFO, logger="deltamv")
-    ours = logging.getLogger("deltamv")  # (it does not propagate to caplog's root handler)
-    ours.addHandler(caplog.handler)
-    try:
-        ViewJob(load_config(tmp_path / "config.toml"), spark).run(once=True)
-    finally:
-        ours.removeHandler(caplog.handler)
+    said = run_saying(spark, tmp_path / "config.toml", caplog)
     # the start's version is said, before batch 0 (which commits nothing of it) is
-    said = [r.getMessage() for r in caplog.records if r.name.startswith("deltamv")]
     assert "snapshot: published as the first version of 3 output(s), watermark 5" in said, said
 
     got = {t: sorted((r["id"], r["x"]) for r in delta.read_arrow(str(tmp_path / "out" / f"v{t}"))

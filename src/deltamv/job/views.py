@@ -161,12 +161,18 @@ class ViewSet:
                 and record.mode == view.mode
             ):
                 continue
+            if record is not None and record.ready:
+                _log_changed(view, record)
             self._drop_state(name)
             if view.maintainer is not None:
                 view.maintainer.root.reset()
             self.store.set_view(ViewRecord(name, view.mode, view.reason, fingerprint, False))
         for name in known:
             if name not in self.views:
+                log.info(
+                    "view %s: no longer in the config: its table keeps its last version,"
+                    " no longer updated", name,
+                )  # fmt: skip
                 self._drop_state(name)
                 self.store.drop_view(name)
 
@@ -368,3 +374,18 @@ class MirrorFiles:
 
 def _sql_text(path: str) -> str:
     return os.path.abspath(path).replace("'", "''")
+
+
+def _log_changed(view: MaintainedView, record: ViewRecord) -> None:
+    """Say why a view an earlier run built is built again. Not for a recomputed view
+    whose plan changed: it is rewritten whole whenever it changes anyway (and a view of
+    the time of evaluation has another plan at every start)."""
+    if record.mode != view.mode:
+        was = "incremental" if record.mode == "incremental" else f"recompute: {record.reason}"
+        why = f"now {view.describe} (was {was})"
+    elif view.mode == "incremental":
+        why = "its plan changed since the last run (its SQL, or the rules of this deltamv)"
+    else:
+        return
+    log.info("view %s: %s: its state is built again, and its table rewritten in full at the"
+             " next batch", view.name, why)  # fmt: skip
