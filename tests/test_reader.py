@@ -142,3 +142,25 @@ def test_spark_reads_use_delta_spark_when_the_session_has_it(spark: Any, tmp_pat
     assert through_delta_spark(df) == delta_spark_available(spark)
     assert [r.total for r in df.collect()] == [1]
     assert through_delta_spark(read_spark(spark, paths, "a")) == delta_spark_available(spark)
+
+
+def test_a_table_kept_as_a_delta_copy_is_read_by_its_name(tmp_path: Path) -> None:
+    from deltamv.config import parse_config
+
+    paths = make_views(tmp_path, {"accounts": [ts(1), ts(2)], "total": [ts(1), ts(3)]})
+    config = parse_config(
+        {
+            "job": {"name": "bank", "changelog": "log", "checkpoint": "ck"},
+            "tables": {"accounts": {"schema": "id BIGINT", "primary_key": ["id"],
+                                    "path": paths["accounts"]}},
+            "views": {"total": {"sql": "SELECT COUNT(*) AS n FROM accounts",
+                                "path": paths["total"]}},
+        },
+        base_dir=tmp_path,
+    )  # fmt: skip
+    both = pick(config, ["accounts", "total"])
+    assert both.watermark == ts(1)
+    assert total(both.arrow("accounts")) == 1
+    assert total(read_arrow(config, "accounts")) == 2
+    with pytest.raises(DeltaMVError, match=r"unknown view 'acounts' \(views: accounts, total\)"):
+        pick(config, "acounts")

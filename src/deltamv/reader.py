@@ -15,7 +15,8 @@ watermark. That is what :func:`pick` chooses:
 - per view, the latest version with exactly that watermark.
 
 For one view the candidates are simply its watermarks. Versions without a watermark
-(not written by deltamv) are never picked.
+(not written by deltamv) are never picked. A table the job keeps as a Delta copy
+(``tables.X.path``) is read as a view of the table's name.
 
 >>> snap = pick("conf/bank.toml", ["total_balance", "balance_by_owner"])
 >>> snap.watermark, snap.arrow("total_balance"), snap.spark(spark, "balance_by_owner")
@@ -82,9 +83,12 @@ class ConsistentRead:
 
 
 def view_paths(source: Source) -> dict[str, str]:
-    """View name to Delta table path, from a config (object or file) or a mapping."""
+    """View name to Delta table path, from a config (object or file) or a mapping. A
+    config's tables kept as Delta copies (``tables.X.path``) are read as views of their
+    table's name (no view may share it): their versions carry the same watermarks."""
     if isinstance(source, JobConfig):
-        return {name: v.path for name, v in source.views.items()}
+        copies = {name: t.path for name, t in source.tables.items() if t.path}
+        return {**{name: v.path for name, v in source.views.items()}, **copies}
     if isinstance(source, Mapping):
         return dict(source)
     return view_paths(load_config(source))

@@ -46,7 +46,9 @@ def register_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     read = sub.add_parser("read", help="read views as of a watermark or time, consistently")
     read.add_argument("config", help="the job's TOML config")
     which = read.add_mutually_exclusive_group(required=True)
-    which.add_argument("--view", metavar="NAME", help="one view")
+    which.add_argument(
+        "--view", metavar="NAME", help="one view (or a table kept as a copy, by its name)"
+    )
     which.add_argument("--views", metavar="A,B", help="several views at one common watermark")
     when = read.add_mutually_exclusive_group()
     when.add_argument("--as-of-watermark", type=int, metavar="TS", help="a TSO watermark")
