@@ -119,6 +119,10 @@ SHAPES: dict[str, str] = {
     "project_types": "SELECT id, opened, seen, credit + 1.5 AS c, owner || '!' AS o,"
     " length(owner) AS l, COALESCE(active, FALSE) AS a FROM accounts"
     " WHERE opened >= DATE '2024-01-02' OR seen < TIMESTAMP '2024-01-01 12:00:00'",
+    # groups by parts and truncations of dates and timestamps (tests/views/test_dates.py
+    # holds the translations to Spark over many more values)
+    "by_day": "SELECT date_trunc('DAY', seen) AS day, year(opened) AS y, COUNT(*) AS n,"
+    " SUM(balance) AS s FROM accounts GROUP BY 1, 2",
     # inner joins: strict keys (NULL never matches), null-safe keys, several keys
     "join": "SELECT t.id, t.amount, a.owner FROM transfers t JOIN accounts a ON t.src = a.id",
     "join_nullsafe": "SELECT t.id AS tid, a.id AS aid FROM transfers t JOIN accounts a"

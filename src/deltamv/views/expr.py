@@ -120,8 +120,12 @@ def result_type(e: Expr) -> Any:
         return "string"
     if kind == "Length":
         return "integer"
-    if kind == "DateAdd" or kind == "DateSub":
+    if kind == "DateAdd" or kind == "DateSub" or kind == "TruncDate":
         return "date"
+    if kind in _DATE_PARTS or kind == "DateDiff":
+        return "integer"
+    if kind == "TruncTimestamp":
+        return "timestamp"
     raise Unsupported(f"expression {kind}")
 
 
@@ -183,6 +187,46 @@ _TEMPLATES = {
     "EndsWith": "ends_with({}, {})",
     "Contains": "contains({}, {})",
 }
+
+
+# Parts of a date (or, the last three, of a timestamp), as Spark's INT. Both engines
+# count in the proleptic Gregorian calendar, and both evaluate in UTC (session.py,
+# compute.py).
+_DATE_PARTS = {
+    "Year": "year({})",
+    "Quarter": "quarter({})",
+    "Month": "month({})",
+    "DayOfMonth": "day({})",
+    "DayOfYear": "dayofyear({})",
+    "DayOfWeek": "(dayofweek({}) + 1)",  # Spark: 1 is Sunday; DuckDB: 0 is
+    "WeekDay": "(isodow({}) - 1)",  # Spark: 0 is Monday
+    "WeekOfYear": "week({})",  # ISO 8601 weeks in both
+    "Hour": "hour({})",
+    "Minute": "minute({})",
+    "Second": "second({})",  # whole seconds
+}
+
+# Spark's truncation levels by name (DateTimeUtils.parseTruncLevel); another name gives
+# NULL. A date truncates to a week or longer only (``trunc(d, 'DD')`` is NULL).
+_TRUNC_LEVELS = {
+    "MICROSECOND": "microseconds", "MILLISECOND": "milliseconds", "SECOND": "second",
+    "MINUTE": "minute", "HOUR": "hour", "DAY": "day", "DD": "day", "WEEK": "week",
+    "MON": "month", "MONTH": "month", "MM": "month", "QUARTER": "quarter", "YEAR": "year",
+    "YYYY": "year", "YY": "year",
+}  # fmt: skip
+_DATE_LEVELS = ("week", "month", "quarter", "year")
+
+
+def _truncated(e: Expr, fmt: Expr, value: str) -> str:
+    """``date_trunc(fmt, ts)`` (TruncTimestamp) or ``trunc(date, fmt)`` (TruncDate)."""
+    if fmt.kind != "Literal":
+        raise Unsupported(f"{e.kind} to a level that is not a constant")
+    name = fmt.fields.get("value")
+    level = _TRUNC_LEVELS.get(str(name).upper()) if name is not None else None
+    t = duck_type(result_type(e))
+    if level is None or (e.kind == "TruncDate" and level not in _DATE_LEVELS):
+        return f"CAST(NULL AS {t})"
+    return f"CAST(date_trunc('{level}', {value}) AS {t})"
 
 
 def _divided(dividend: str, op: str, divisor: str, duck: str) -> str:
@@ -308,6 +352,14 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         # backslash): the patterns it simplifies (prefix%, %suffix, %infix%) arrive as
         # StartsWith, EndsWith, Contains; the others are recomputed.
         raise Unsupported("LIKE with a pattern Spark does not simplify (_, or not a literal)")
+    if kind in _DATE_PARTS:
+        return f"CAST({_DATE_PARTS[kind].format(sub(0))} AS INTEGER)"
+    if kind == "TruncTimestamp":  # (format, timestamp)
+        return _truncated(e, kids[0], sub(1))
+    if kind == "TruncDate":  # (date, format)
+        return _truncated(e, kids[1], sub(0))
+    if kind == "DateDiff":  # (end, start): days
+        return f"CAST(({sub(0)}) - ({sub(1)}) AS INTEGER)"
     if kind == "DateAdd":
         return f"CAST({sub(0)} + CAST({sub(1)} AS INTEGER) AS DATE)"
     if kind == "DateSub":
@@ -320,7 +372,8 @@ _TOTAL = {
     "AttributeReference", "Literal", "Alias", "KnownNotNull", "UnaryPositive",
     "KnownFloatingPointNormalized", "NormalizeNaNAndZero", "EqualNullSafe", "And", "Or",
     "Not", "IsNull", "IsNotNull", "IsNaN", "In", "InSet", "If", "CaseWhen", "Coalesce",
-    "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE,
+    "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE, *_DATE_PARTS,
+    "TruncTimestamp", "TruncDate", "DateDiff",
 }  # fmt: skip
 _LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
 
@@ -391,6 +444,8 @@ def _cast(e: Expr, inner: str, col: Callable[[int], str]) -> str:
         return f"CAST({inner} AS VARCHAR)"
     if source == "boolean" and target in _INTEGRAL:
         return f"CAST({inner} AS {t})"
+    if source in ("timestamp", "timestamp_ntz") and target == "date":
+        return f"CAST({inner} AS DATE)"  # (the date in UTC, the session's time zone)
     if source == "date" and target in ("timestamp", "timestamp_ntz"):
         raise Unsupported(f"cast of {source} to {target}")
     raise Unsupported(f"cast of {source} to {target}")
