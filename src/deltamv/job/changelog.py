@@ -146,7 +146,6 @@ class ChangelogUpstream:
             except DeltaMVError:
                 continue  # (changed since it was read: the ledger says so at the next start)
             events = events.filter(pc.equal(events.column("key"), key))
-            kind = events.column("type")
             if start_ts is None:
                 at = events.filter(pc.equal(events.column("commit_ts"), commit_ts))
                 committed = at.filter(pc.equal(at.column("type"), COMMITTED))
@@ -155,10 +154,12 @@ class ChangelogUpstream:
                 commits = at.filter(pc.equal(at.column("type"), COMMIT))
                 if commits.num_rows:
                     start_ts = commits.column("start_ts")[0].as_py()
-                    kind = events.column("type")
             if start_ts is not None:
                 prewrites = events.filter(
-                    pc.and_(pc.equal(kind, PREWRITE), pc.equal(events.column("start_ts"), start_ts))
+                    pc.and_(
+                        pc.equal(events.column("type"), PREWRITE),
+                        pc.equal(events.column("start_ts"), start_ts),
+                    )
                 )
                 if prewrites.num_rows:
                     return record.path, int(prewrites.column("line")[0].as_py())
