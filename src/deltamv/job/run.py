@@ -105,6 +105,8 @@ class ViewJob:
             opened = _Opened()
             query: StreamingQuery | None = None
             try:
+                if self.config.upstream.kind != "postgres":  # (it checks its catalog's)
+                    check_declarations(self.config, store)  # before Spark starts the query
                 if not upstream.stream_reads_state:
                     # Spark starts the query (its Python source's worker takes about half
                     # a second) while the job opens; a batch waits for the job to be open.
@@ -163,8 +165,6 @@ class ViewJob:
     # -- the start -------------------------------------------------------------------------
     def _open(self, store: StateStore, compute: Compute, upstream: Any) -> BatchRunner:
         config = self.config
-        if config.upstream.kind != "postgres":  # (which checks its catalog's columns)
-            check_declarations(config, store)
         mirrors = {
             name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
             for name, t in config.tables.items()
