@@ -92,7 +92,13 @@ def test_a_key_changed_several_times_names_the_old_key_its_first_change_names(
     last, _ = last_per_key(rows)
 
     by_key: dict[str, list[dict[str, object]]] = {}
-    for row in sorted(rows.to_pylist(), key=lambda r: (-r["commit_ts"], -r["start_ts"], r["n"])):
+    # of copies of a version the first naming an old primary key counts (a successor
+    # region's COMMITTED copy may lack the old_value its PREWRITE carried), else the first
+    newest_first = sorted(
+        rows.to_pylist(),
+        key=lambda r: (-r["commit_ts"], -r["start_ts"], r["__old_id"] is None, r["n"]),
+    )
+    for row in newest_first:
         mine = by_key.setdefault(row["key"], [])
         if not mine or mine[-1]["start_ts"] != row["start_ts"]:  # copies count once
             mine.append(row)

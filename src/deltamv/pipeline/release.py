@@ -38,19 +38,27 @@ class Released:
 
 def last_per_key(rows: pa.Table) -> tuple[pa.Table, int]:
     """Each key's last change in ``rows`` (the highest ``commit_ts``, then ``start_ts``;
-    of copies of one row version the first), in key order; and how many distinct row
-    versions ``(key, start_ts)`` ``rows`` holds.
+    of copies of one row version the first that names an old primary key, else the
+    first), in key order; and how many distinct row versions ``(key, start_ts)`` ``rows``
+    holds.
 
     One stable sort by ``(key, commit_ts desc, start_ts desc)``: rows of one key are
     adjacent with their last change first, and copies of a version (same key, start_ts
-    and commit_ts: a transaction commits at one ts) adjacent in arrival order."""
+    and commit_ts: a transaction commits at one ts) adjacent in arrival order, those with
+    an ``old_value`` first: a successor region's initial scan re-emits a version as
+    COMMITTED, perhaps without the ``old_value`` its PREWRITE carried, and a DELETE of a
+    snapshot's row is found by it."""
     n = rows.num_rows
     if n == 0:
         return rows.drop_columns(["start_ts"]), 0
-    order = pc.sort_indices(
-        rows.select(["key", "commit_ts", "start_ts"]),
-        sort_keys=[("key", "ascending"), ("commit_ts", "descending"), ("start_ts", "descending")],
-    )
+    sort_keys = [("key", "ascending"), ("commit_ts", "descending"), ("start_ts", "descending")]
+    keys = rows.select(["key", "commit_ts", "start_ts"])
+    olds = [c for c in rows.column_names if c.startswith("__old_")]
+    if olds:
+        named = functools.reduce(pc.or_, [pc.is_valid(rows.column(c)) for c in olds])
+        keys = keys.append_column("__named", named)
+        sort_keys.append(("__named", "descending"))
+    order = pc.sort_indices(keys, sort_keys=sort_keys)
     ranked = rows.select(["key", "commit_ts", "start_ts"]).take(order)
     new_key = _differs(ranked.column("key"))
     new_version = (
