@@ -147,6 +147,39 @@ def test_a_table_keeps_its_columns_and_primary_key_for_its_checkpoints_life(
     assert totals(bank) == (300, 3)
 
 
+def test_a_table_whose_changes_the_state_holds_stays_in_the_config(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table taken out of the config while a change of it waits in the state for its
+    commit: one line naming it (an internal KeyError before), and it runs once back."""
+    from tests.helpers import changelog as log
+
+    bank = write_start(tmp_path)
+    config = bank / "config.toml"
+    notes = '[tables.notes]\nschema = "id BIGINT, t STRING"\nprimary_key = ["id"]\n\n'
+    with_notes = CONFIG.replace("[views.total_balance]", notes + "[views.total_balance]")
+    config.write_text(with_notes)
+    assert run_cli(bank, capsys) == (0, None)
+    note = log.put(1, 130, "notes/0001", {"id": 1, "t": "x"}, table="notes")
+    segment(bank, 1, 2, lines([note, resolved(1, 125)]))
+    assert run_cli(bank, capsys) == (0, None)
+    config.write_text(CONFIG)
+    code, error = run_cli(bank, capsys)
+    assert code == 1
+    assert error == (
+        f"deltamv: error: {config}: tables: notes is no longer in the config, but the job's"
+        f" checkpoint {bank / 'state' / '_checkpoint'} holds changes of it not yet applied"
+        " (committed above the watermark, or not yet committed): a table whose changes the"
+        " change log carries stays in the config; put it back"
+    ), error
+    config.write_text(with_notes)
+    segment(bank, 1, 3, lines([log.commit(1, 130, 131, "notes/0001", table="notes"),
+                               resolved(1, 150)]))  # fmt: skip
+    segment(bank, 2, 2, GOOD_2_2)
+    assert run_cli(bank, capsys) == (0, None)
+    assert view_state(bank)["total_balance"] == [115, 140]
+
+
 def test_view_path_holding_a_table_someone_else_wrote(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -126,6 +126,16 @@ def check_declarations(config: JobConfig, store: StateStore) -> None:
     declaration may change: its empty mirror is made anew. A state from before the
     declarations were recorded is checked by its mirrors' column names."""
     started = store.progress().bootstrapped
+    gone = sorted(store.tables_with_kept_rows() - set(config.tables))
+    if gone:
+        raise ConfigError(
+            "tables",
+            f"{', '.join(gone)} {'is' if len(gone) == 1 else 'are'} no longer in the config, but"
+            f" the job's checkpoint {config.checkpoint} holds changes of {'it' if len(gone) == 1 else 'them'}"
+            " not yet applied (committed above the watermark, or not yet committed): a table"
+            " whose changes the change log carries stays in the config; put it back",
+            source=config.origin,
+        )
     for name, table in config.tables.items():
         now = _declared(table)
         recorded = store.declaration(name)

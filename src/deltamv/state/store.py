@@ -551,6 +551,13 @@ class StateStore(_Reader):
         """The columns of the state file's table ``table`` (none when there is no such table)."""
         return [row[1] for row in self.db.execute(f"PRAGMA table_info({quote_name(table)})")]
 
+    def tables_with_kept_rows(self) -> set[str]:
+        """The source tables of which rows are kept, pending or buffered, not yet applied."""
+        rows = self.db.execute(
+            "SELECT DISTINCT tbl FROM chunks WHERE kind IN ('pending', 'buffer')"
+        )
+        return {r[0] for r in rows}
+
     # -- the source tables' declarations ------------------------------------------------------
     def declaration(self, table: str) -> str | None:
         """How ``table`` was declared (columns, primary key: JSON) when recorded."""
