@@ -378,6 +378,7 @@ def test_a_view_planned_anew_rebuilds_its_state_with_the_new_column_types(
     assert (
         "view groups: its plan changed since the last run (its SQL, or the rules of this"
         " deltamv): its state is built again, and its table rewritten in full at the next batch"
+        " that moves the watermark (until then it holds what it held)"
     ) in said, said
     assert not any(m.startswith("view total_balance: its plan") for m in said), said
     segment(bank, 1, 3, lines([put(1, 160, 2, 150), commit(1, 160, 161, 2), resolved(1, 170)]))

@@ -388,4 +388,5 @@ def _log_changed(view: MaintainedView, record: ViewRecord) -> None:
     else:
         return
     log.info("view %s: %s: its state is built again, and its table rewritten in full at the"
-             " next batch", view.name, why)  # fmt: skip
+             " next batch that moves the watermark (until then it holds what it held)",
+             view.name, why)  # fmt: skip
