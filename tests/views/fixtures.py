@@ -68,5 +68,5 @@ def workers(planned: Planned) -> Iterator[Workers]:
 
 
 @pytest.fixture(scope="session")
-def default_runs(workers: Workers) -> dict[str, Future[Outcome]]:
+def default_runs(workers: Workers) -> dict[str, Future[dict[str, Outcome]]]:
     return workers.submit(sorted(SHAPES), EXAMPLES)

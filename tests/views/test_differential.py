@@ -61,7 +61,7 @@ def test_matches_spark_many(spark: SparkSession, planned: Planned, compute: Comp
 
 
 @pytest.fixture(scope="module")
-def many_runs(workers: Workers) -> dict[str, Future[Outcome]]:
+def many_runs(workers: Workers) -> dict[str, Future[dict[str, Outcome]]]:
     return workers.submit(sorted(SHAPES), MANY_EXAMPLES)
 
 
@@ -72,11 +72,15 @@ def _passed(outcome: Outcome, examples: int) -> None:
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_matches_full_evaluation(default_runs: dict[str, Future[Outcome]], shape: str) -> None:
-    _passed(default_runs[shape].result(), EXAMPLES)
+def test_matches_full_evaluation(
+    default_runs: dict[str, Future[dict[str, Outcome]]], shape: str
+) -> None:
+    _passed(default_runs[shape].result()[shape], EXAMPLES)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", sorted(SHAPES))
-def test_matches_full_evaluation_many(many_runs: dict[str, Future[Outcome]], shape: str) -> None:
-    _passed(many_runs[shape].result(), MANY_EXAMPLES)
+def test_matches_full_evaluation_many(
+    many_runs: dict[str, Future[dict[str, Outcome]]], shape: str
+) -> None:
+    _passed(many_runs[shape].result()[shape], MANY_EXAMPLES)
