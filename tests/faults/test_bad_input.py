@@ -259,9 +259,12 @@ def test_a_view_failing_on_the_data_stops_the_job_in_one_line_until_its_sql_chan
     assert "mirror:accounts is no longer in the config; not published" in capsys.readouterr().err
     assert view_state(bank) == AFTER
     expected = [{"id": 1, "q": None}, {"id": 2, "q": 20}, {"id": 7, "q": 10}]
+    # ratio_inc's SQL changed while the job stood at 115 (its batch was rolled back): the
+    # next start published it there; ratio_rec's, after the batch was staged
+    marks = {"ratio_inc": [115, 115, 140], "ratio_rec": [115, 140]}
     for view in ("ratio_inc", "ratio_rec"):
         path = str(bank / "out" / "views" / view)
-        assert [v.watermark for v in delta.versions(path)] == [115, 140]
+        assert [v.watermark for v in delta.versions(path)] == marks[view]
         assert delta.read_arrow(path).sort_by("id").to_pylist() == expected, view
     late = str(bank / "out" / "views" / "late")
     assert [v.watermark for v in delta.versions(late)] == [115, 140]

@@ -351,10 +351,79 @@ def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(
     schema = "id BIGINT, balance BIGINT"
     truth = spark.createDataFrame([(1, 50), (2, 70), (7, 150)], schema)
     balances = bank / "out" / "views" / "balances"
-    assert [v.watermark for v in delta.versions(str(balances))] == [115, 170]
+    # put back at the start (watermark 140, where the job stood), then batch 170
+    assert [v.watermark for v in delta.versions(str(balances))] == [115, 140, 170]
     assert_df_equality(rows(spark, balances), truth, ignore_row_order=True, ignore_nullable=True)
     accounts = rows(spark, bank / "out" / "tables" / "accounts").select("id", "balance")
     assert_df_equality(accounts, truth, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_run_with_nothing_new_publishes_views_added_or_changed_at_its_watermark(
+    spark: Any, bank: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After ``run --once`` every view has a version at the global watermark (CONTRACT
+    section 6), also one added to the config, or whose SQL changed, when the change log
+    holds nothing new (no batch runs): the start publishes them (an outside check found
+    a new view without a table, and a changed one holding its old SQL's rows)."""
+    config_path = bank / "config.toml"
+    ViewJob(load_config(config_path), spark).run(once=True)  # watermark 115
+    rich = "SELECT id, owner FROM accounts WHERE balance >= 100"
+    config_path.write_text(
+        CONFIG.replace(rich, "SELECT id, owner FROM accounts WHERE balance > 100")
+        + '\n[views.poor]\nsql = "SELECT id FROM accounts WHERE balance <= 100"'
+        '\npath = "out/views/poor"\n'
+    )
+    said = run_saying(spark, config_path, caplog)
+    assert (
+        "start: published view:poor, view:rich at the watermark the job stands at, 115 (new or"
+        " changed since the last run)"
+    ) in said, said
+    views = bank / "out" / "views"
+    marks = {v: [i.watermark for i in delta.versions(str(views / v))]
+             for v in ("total_balance", "rich", "poor")}  # fmt: skip
+    assert marks == {"total_balance": [115], "rich": [115, 115], "poor": [115]}
+    assert rows(spark, views / "rich").count() == 0
+    assert sorted(r.id for r in rows(spark, views / "poor").collect()) == [1, 2, 7]
+    ViewJob(load_config(config_path), spark).run(once=True)  # nothing new: no version
+    assert len(delta.versions(str(views / "poor"))) == 1
+    segment(bank, 1, 2, GOOD_1_2)  # 50 from account 1 to account 7
+    segment(bank, 2, 2, GOOD_2_2)
+    ViewJob(load_config(config_path), spark).run(once=True)
+    assert [v.watermark for v in delta.versions(str(views / "poor"))] == [115, 140]
+    assert sorted(r.id for r in rows(spark, views / "rich").collect()) == [7]
+    assert sorted(r.id for r in rows(spark, views / "poor").collect()) == [1, 2]
+
+
+def test_a_start_killed_between_publishing_two_new_outputs_publishes_each_once(
+    spark: Any, bank: Path
+) -> None:
+    """Killed right after the start's first commit of a changed view, before its state
+    knew: the next start takes that commit as made and publishes the new view once."""
+    import os
+    import subprocess
+    import sys
+
+    config_path = bank / "config.toml"
+    ViewJob(load_config(config_path), spark).run(once=True)  # watermark 115
+    config_path.write_text(
+        CONFIG.replace("balance >= 100", "balance > 100")
+        + '\n[views.poor]\nsql = "SELECT id FROM accounts WHERE balance <= 100"'
+        '\npath = "out/views/poor"\n'
+    )
+    killed = subprocess.run(
+        [sys.executable, "-m", "deltamv.cli", "run", str(config_path), "--once"],
+        env={**os.environ, "DELTAMV_CRASH_AT": "after-commit:1"}, capture_output=True,
+        text=True, timeout=600,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    views = bank / "out" / "views"
+    assert len(delta.versions(str(views / "rich"))) == 2  # rich first (the config's order)
+    assert delta.table_version(str(views / "poor")) is None
+    ViewJob(load_config(config_path), spark).run(once=True)
+    marks = {v: [i.watermark for i in delta.versions(str(views / v))] for v in ("rich", "poor")}
+    assert marks == {"rich": [115, 115], "poor": [115]}
+    assert rows(spark, views / "rich").count() == 0
+    assert sorted(r.id for r in rows(spark, views / "poor").collect()) == [1, 2, 7]
 
 
 def test_a_view_planned_anew_rebuilds_its_state_with_the_new_column_types(
@@ -377,8 +446,7 @@ def test_a_view_planned_anew_rebuilds_its_state_with_the_new_column_types(
     said = run_saying(spark, config_path, caplog)
     assert (
         "view groups: its plan changed since the last run (its SQL, or the rules of this"
-        " deltamv): its state is built again, and its table rewritten in full at the next batch"
-        " that moves the watermark (until then it holds what it held)"
+        " deltamv): its state is built again, and its table rewritten in full"
     ) in said, said
     assert not any(m.startswith("view total_balance: its plan") for m in said), said
     segment(bank, 1, 3, lines([put(1, 160, 2, 150), commit(1, 160, 161, 2), resolved(1, 170)]))
@@ -603,8 +671,8 @@ def test_a_view_of_the_time_of_evaluation_is_recomputed_at_every_batch(
     job.run(once=True)
     assert job.modes["clock"].startswith("recompute: current_timestamp()"), job.modes
     # Two batches in one run (a segment of each region a batch) where the watermark moves
-    # and no row changes. (The first batch of a run recomputes it anyway: the time in
-    # its optimized plan changes its fingerprint.)
+    # and no row changes. (The start publishes nothing of it: its fingerprint is of the
+    # analyzed plan, not of the optimized one, which holds the time of its making.)
     for seq, (one, two) in enumerate([(150, 140), (170, 160)], start=2):
         segment(bank, 1, seq, lines([resolved(1, one)]))
         segment(bank, 2, seq, lines([resolved(2, two)]))

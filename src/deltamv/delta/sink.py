@@ -133,6 +133,7 @@ class TableSink:
         *,
         metadata: Mapping[str, str],
         expected_version: int | None,
+        again: bool = False,
     ) -> CommitResult:
         """Commit ``change`` as one new version of the table; atomic and idempotent.
 
@@ -143,6 +144,9 @@ class TableSink:
         - **Idempotent**: if the table's app transaction for ``app_id`` is already
           ``>= app_version``, nothing is committed, files written by this call are deleted,
           and the result is ``skipped`` with the current version.
+        - ``again``: a commit for an ``app_version`` the table may have already (an
+          output rewritten for the batch the job stands at): made unless the table has
+          moved past ``expected_version`` (then it landed before: skipped).
         - ``expected_version`` is the version this job committed last (None before its
           first commit). A table elsewhere, missing, or moved by another writer during
           the call: CommitConflictError; never retried.
@@ -167,7 +171,11 @@ class TableSink:
         current = handle.version()
         if current is not None:
             done = handle.transaction_version(self._app_id)
-            if done is not None and done >= app_version:
+            if (
+                done is not None
+                and done >= app_version
+                and not (again and current == expected_version)
+            ):
                 return CommitResult(current, skipped=True)
             if expected_version is not None and current != expected_version:
                 raise CommitConflictError(

@@ -218,6 +218,43 @@ class BatchRunner:
             self._stage(batch, target, deltas, view_deltas, was_ready, from_empty, missed)
         clock.lap("maintain")
 
+    def refresh(self) -> None:
+        """At the start: the outputs new in the config, views whose SQL or mode changed,
+        and outputs put back after missing batches get their version at the watermark the
+        job stands at, not at the next batch that moves it. So a run that finds nothing
+        new (``--once``) still leaves every output at the global watermark (CONTRACT
+        section 6). Staged in one state transaction (the views' state built), then each
+        committed for the last batch again; a start after a crash in between publishes
+        what was staged, and a commit that landed is not made twice."""
+        progress = self.store.progress()
+        batch = progress.batch
+        if progress.committed_watermark is None or progress.applied_batch != batch:
+            return  # no output yet (the first batch makes them), or a batch to publish
+        with self.views.mirrors_written_once(self.scratch):
+            if not self.store.outbox.entries(batch):
+                committed = self.store.committed_targets()
+                missed = self._missed()
+                stale = [
+                    tid for tid, t in self.targets.items()
+                    if tid not in committed or tid in missed
+                    or (t.kind == "view" and not self.views.ready(t.name))
+                ]  # fmt: skip
+                if not stale:
+                    return
+                with self.store.transaction():
+                    not_ready = [n for n in self.views.views if not self.views.ready(n)]
+                    if not_ready:
+                        self.views.build(not_ready, self.scratch)
+                    for tid in stale:
+                        self.store.outbox.put(batch, tid, self._whole(self.targets[tid]))
+            staged = sorted(self.store.outbox.entries(batch))
+            self._publish(batch, _Clock(), again=True)
+            self.store.drop_outbox(batch)
+        log.info(
+            "start: published %s at the watermark the job stands at, %d (new or changed"
+            " since the last run)", ", ".join(staged), self._watermark_of(batch),
+        )  # fmt: skip
+
     def _whole(self, target: Target) -> str:
         """The outbox kind that writes ``target`` whole: Spark recomputes a recomputed
         view; anything else is rebuilt from the mirrors."""
@@ -304,7 +341,9 @@ class BatchRunner:
                    [] if delta is None else [delta])  # fmt: skip
 
     # -- publishing -----------------------------------------------------------------------
-    def _publish(self, batch: int, clock: _Clock) -> dict[str, int]:
+    def _publish(self, batch: int, clock: _Clock, *, again: bool = False) -> dict[str, int]:
+        """Commit the outputs ``batch`` staged (``again``: the ones :meth:`refresh` staged
+        for the batch the job stands at, which the others have committed already)."""
         entries = self.store.outbox.entries(batch)
         written = {"rows": 0, "files": 0, "bytes": 0, "tables": 0}
         if not entries:
@@ -318,7 +357,7 @@ class BatchRunner:
             # every view it stages), after the batch was staged: written whole for it,
             # from the mirrors, which hold the batch, or by Spark.
             changed = target.kind == "view" and not self.views.ready(target.name)
-            if tid not in entries or changed:
+            if (tid not in entries and not again) or changed:
                 entries[tid] = OutboxEntry(batch, tid, self._whole(target), ())
         watermark = self._watermark_of(batch)
         extra = self.upstream.commit_metadata(self.store, batch)
@@ -334,7 +373,7 @@ class BatchRunner:
             faults.point("before-commit")
             result = sink.commit(
                 batch + 1, change, metadata={WATERMARK_KEY: str(watermark), **extra},
-                expected_version=self.store.committed_version(target.id),
+                expected_version=self.store.committed_version(target.id), again=again,
             )  # fmt: skip
             faults.point("after-commit")
             self.store.record_commit(target.id, result.version, batch)

@@ -116,6 +116,7 @@ class ViewJob:
                     upstream.prefetch(store, once=once)
                 runner = self._open(store, compute, upstream)
                 runner.bootstrap(upstream.snapshot(store) if fresh else None)
+                runner.refresh()
                 if fresh:
                     upstream.prefetch(store, once=once)
                 if self._stop_requested:  # while the job opened: no batch runs

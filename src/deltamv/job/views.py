@@ -150,7 +150,8 @@ class ViewSet:
     # -- the state of each view ---------------------------------------------------------
     def sync_state(self) -> None:
         """Compare each view with the state: a new or changed view is not ready (its state
-        is rebuilt and its table rewritten at the next batch). Inside a transaction."""
+        is rebuilt and its table rewritten, at the start or the next batch). Inside a
+        transaction."""
         known = self.store.views()
         for name, view in self.views.items():
             record = known.get(name)
@@ -387,6 +388,5 @@ def _log_changed(view: MaintainedView, record: ViewRecord) -> None:
         why = "its plan changed since the last run (its SQL, or the rules of this deltamv)"
     else:
         return
-    log.info("view %s: %s: its state is built again, and its table rewritten in full at the"
-             " next batch that moves the watermark (until then it holds what it held)",
-             view.name, why)  # fmt: skip
+    log.info("view %s: %s: its state is built again, and its table rewritten in full", view.name,
+             why)  # fmt: skip

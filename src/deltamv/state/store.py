@@ -505,6 +505,11 @@ class StateStore(_Reader):
             )
             self.db.execute("DELETE FROM batches WHERE batch <= ?", (batch - _KEEP_BATCHES,))
 
+    def drop_outbox(self, batch: int) -> None:
+        """Drop the outbox of ``batch`` and before (every output of it is committed)."""
+        with self._transaction(bookkeeping=True):
+            self._drop_outbox(batch)
+
     def rename_chunk_columns(self, renames: Mapping[str, Mapping[str, str]]) -> int:
         """See :func:`.chunks.rename_chunk_columns` (in a transaction of its own)."""
         with self.transaction():

@@ -146,6 +146,9 @@ class ViewPlan:
     # Spark's optimizer puts the time the plan was made in their place: only here are
     # they seen as calls.
     clock: tuple[str, ...] = ()
+    # Spark's rendering of the analyzed plan: the fingerprint's, with such calls (the
+    # optimized one holds the time, another at every start)
+    analyzed: str = ""
 
     @property
     def output_names(self) -> tuple[str, ...]:
@@ -154,7 +157,7 @@ class ViewPlan:
     @property
     def fingerprint(self) -> str:
         # Attribute ids change from run to run; the rendering without them does not.
-        stable = re.sub(r"#\d+L?", "", self.text)
+        stable = re.sub(r"#\d+L?", "", self.analyzed if self.clock else self.text)
         if self.tries:  # (the rendering shows try_divide as a division, and so on)
             stable += "\n" + " ".join(self.tries)
         return hashlib.blake2b(
@@ -328,7 +331,7 @@ def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> View
     clock = tuple(sorted({m.lower() for m in _CLOCK_CALL.findall(analyzed)}))
     return ViewPlan(
         name, root, str(jvm.toString()),
-        frozenset(t for t in tables if t is not None), df.schema, tries, clock,
+        frozenset(t for t in tables if t is not None), df.schema, tries, clock, analyzed,
     )  # fmt: skip
 
 
