@@ -33,7 +33,7 @@ $(DELTA_JARS)/.fetched: $(STAMP) scripts/fetch-delta-jars.sh
 
 setup: java postgres $(STAMP) $(DELTA_JARS)/.fetched  ## create .venv, install deltamv and its test tools, fetch the Delta jars
 
-test: setup  ## run the default test suite (about 21 minutes on 2 cores)
+test: setup  ## run the default test suite (about 20 minutes on 2 cores)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-slow: setup  ## also run the slow tests (local-cluster, 2M-row transaction)
