@@ -128,12 +128,13 @@ def check_declarations(config: JobConfig, store: StateStore) -> None:
     started = store.progress().bootstrapped
     gone = sorted(store.tables_with_kept_rows() - set(config.tables))
     if gone:
+        one = len(gone) == 1
         raise ConfigError(
             "tables",
-            f"{', '.join(gone)} {'is' if len(gone) == 1 else 'are'} no longer in the config, but"
-            f" the job's checkpoint {config.checkpoint} holds changes of {'it' if len(gone) == 1 else 'them'}"
-            " not yet applied (committed above the watermark, or not yet committed): a table"
-            " whose changes the change log carries stays in the config; put it back",
+            f"{', '.join(gone)} {'is' if one else 'are'} no longer in the config, but the job's"
+            f" checkpoint {config.checkpoint} holds changes of {'it' if one else 'them'} not yet"
+            " applied (committed above the watermark, or not yet committed): a table whose"
+            " changes the change log carries stays in the config; put it back",
             source=config.origin,
         )
     for name, table in config.tables.items():
@@ -141,12 +142,12 @@ def check_declarations(config: JobConfig, store: StateStore) -> None:
         recorded = store.declaration(name)
         if recorded == json.dumps(now):
             continue
+        was = json.loads(recorded) if recorded is not None else _mirror_columns(store, name)
         if not started:
             store.drop_table(mirror_table(name))  # it holds no rows: made with the new columns
-        else:
-            was = json.loads(recorded) if recorded is not None else _mirror_columns(store, name)
-            columns, key = _changes(was, now) if was is not None else ([], [])
-            if was is not None and (columns or key):
+        elif was is not None:
+            columns, key = _changes(was, now)
+            if columns or key:
                 raise ConfigError(
                     f"tables.{name}.{'schema' if columns else 'primary_key'}",
                     f"the job's checkpoint {config.checkpoint} holds the rows of {name} with"
