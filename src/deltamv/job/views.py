@@ -378,15 +378,11 @@ def _sql_text(path: str) -> str:
 
 
 def _log_changed(view: MaintainedView, record: ViewRecord) -> None:
-    """Say why a view an earlier run built is built again. Not for a recomputed view
-    whose plan changed: it is rewritten whole whenever it changes anyway (and a view of
-    the time of evaluation has another plan at every start)."""
+    """Say why a view an earlier run built is built again."""
     if record.mode != view.mode:
         was = "incremental" if record.mode == "incremental" else f"recompute: {record.reason}"
         why = f"now {view.describe} (was {was})"
-    elif view.mode == "incremental":
-        why = "its plan changed since the last run (its SQL, or the rules of this deltamv)"
     else:
-        return
+        why = "its plan changed since the last run (its SQL, or the rules of this deltamv)"
     log.info("view %s: %s: its state is built again, and its table rewritten in full", view.name,
              why)  # fmt: skip
