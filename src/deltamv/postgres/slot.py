@@ -54,6 +54,12 @@ def _lost(slot: str) -> StateError:
     )
 
 
+_GONE = (
+    " (dropped outside deltamv?): the changes since the job's last batch are lost to it;"
+    " start the job with a new checkpoint and new output paths"
+)
+
+
 def slot_error(slot: str, exc: psycopg.Error) -> StateError | None:
     """The one-line StateError for an error PostgreSQL raised using ``slot``, when it
     says the slot is invalidated, missing or in use; None for any other error."""
@@ -61,7 +67,7 @@ def slot_error(slot: str, exc: psycopg.Error) -> StateError | None:
     if any(t in text for t in _LOST_TEXT):
         return _lost(slot)
     if "does not exist" in text and "replication slot" in text:
-        return StateError(f"replication slot {slot} does not exist (dropped while the job ran?)")
+        return StateError(f"replication slot {slot} does not exist{_GONE}")
     if "is active for pid" in text:
         return SlotInUseError(
             f"replication slot {slot} is in use by another connection "
@@ -147,7 +153,8 @@ def check_slot(
     missing, invalidated (lost WAL), not a pgoutput slot, or of another database."""
     status = slot_status(conn, slot)
     if status is None:
-        raise StateError(f"replication slot {slot} does not exist")
+        where = f"host={conn.info.host} port={conn.info.port} dbname={conn.info.dbname}"
+        raise StateError(f"replication slot {slot} does not exist at {where}{_GONE}")
     if status.lost:
         raise _lost(slot)
     if status.plugin != "pgoutput":
