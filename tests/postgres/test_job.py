@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pyarrow.compute as pc
 import pytest
 
 from deltamv import delta
@@ -176,3 +177,37 @@ def test_a_copy_cut_short_by_the_server_is_one_line_and_the_next_start_copies_ag
     ViewJob(load_config(config), spark).run(once=True)
     got = [tuple(r.values()) for r in delta.read_arrow(str(tmp_path / "all")).to_pylist()]
     assert got == [(1, 1)]
+
+
+def test_a_transaction_far_larger_than_max_batch_bytes_takes_a_few_batches(
+    spark: Any, pg_dsn: str, tmp_path: Path
+) -> None:
+    """With ``max_batch_bytes = 1000``, a 5,000-row transaction (some 600 KB of WAL)
+    and one small transaction after it. A batch whose window holds no commit widens its
+    window until it holds the large transaction's, reads that one alone, and confirms
+    the slot past it, so Spark's next window starts there: a few batches, not one per
+    1000 bytes of WAL (each of which decoded the transaction from its start again).
+    Every version is the table after one of the transactions."""
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
+        config = tmp_path / "job.toml"
+        config.write_text(
+            f'[job]\nname = "wide"\ncheckpoint = "{tmp_path}/ck"\n\n'
+            f'[source]\nkind = "postgres"\ndsn = "{pg_dsn}"\nmax_batch_bytes = 1000\n\n'
+            f'[tables.t]\n\n[views.all]\nsql = "SELECT * FROM t"\npath = "{tmp_path}/all"\n'
+        )
+        ViewJob(load_config(config), spark).run(once=True)  # the snapshot
+        pg.execute("INSERT INTO t SELECT g, g FROM generate_series(2, 5001) g")
+        pg.execute("UPDATE t SET v = 0 WHERE id = 1")
+        ViewJob(load_config(config), spark).run(once=True)
+        expected = sorted(pg.execute("SELECT id, v FROM t").fetchall())
+    out = str(tmp_path / "all")
+    got = sorted(tuple(r.values()) for r in delta.read_arrow(out).to_pylist())
+    assert got == expected
+    states = [
+        (t.num_rows, t.filter(pc.equal(t["id"], 1))["v"].to_pylist())
+        for t in (delta.read_arrow(out, v.version) for v in delta.versions(out))
+    ]
+    assert states == [(1, [1]), (5001, [1]), (5001, [0])]
+    batches = len(list((tmp_path / "ck" / "spark" / "commits").iterdir()))
+    assert batches <= 6, f"{batches} micro-batches"

@@ -138,6 +138,7 @@ class BatchRunner:
             )
         self._check_planned_from(batch if batch <= progress.batch else batch - 1)
         if batch <= progress.applied_batch:
+            self.upstream.after_batch(self.store, batch)
             return BatchReport(batch, 0, 0, progress.watermark, False, 0, replay="finished")
         events = released = 0
         replay: Replay = "ingested" if batch == progress.batch else ""
@@ -158,7 +159,7 @@ class BatchRunner:
         )  # fmt: skip
         faults.point("after-finish")
         clock.lap("finish")
-        self.upstream.after_batch(batch)
+        self.upstream.after_batch(self.store, batch)
         return BatchReport(batch, events, released, watermark, committed,
                            int((time.monotonic() - started) * 1000), clock.phases, written,
                            replay)  # fmt: skip

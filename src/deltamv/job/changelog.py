@@ -165,7 +165,7 @@ class ChangelogUpstream:
                     return record.path, int(prewrites.column("line")[0].as_py())
         return None
 
-    def after_batch(self, batch: int) -> None:
+    def after_batch(self, store: StateStore, batch: int) -> None:
         if self.ledger is not None:
             self.ledger.verify_some()
 

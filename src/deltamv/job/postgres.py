@@ -40,6 +40,7 @@ from deltamv.errors import StateError, StorageError
 from deltamv.job.upstream import Lap, logged_offset
 from deltamv.pipeline.ingest import IngestResult
 from deltamv.postgres import (
+    ChangeBatch,
     PgTable,
     SlotOrigin,
     TruncatedMeanwhile,
@@ -48,6 +49,7 @@ from deltamv.postgres import (
     copy_tables,
     create_slot,
     created_as,
+    current_wal_lsn,
     drop_publication,
     drop_slot,
     ensure_publication,
@@ -77,6 +79,7 @@ __all__ = [
 log = logging.getLogger("deltamv.job")
 
 PG_LSN_KEY = "deltamv.pg_lsn"
+_NOTHING = ChangeBatch({}, 0, 0, None, None, None, None)
 _AFTER = "after_lsn"  # the batch start: every transaction committed below it is applied
 _TSO = "last_tso"
 _COMMIT_LSN = "last_commit_lsn"
@@ -346,13 +349,9 @@ class PostgresUpstream:
         after = int(store.source_position(_AFTER) or 0)
         upto = max(self._logged_offset(batch), after)
         previous = int(store.source_position(_TSO) or 0)
-        changes = self._pg.run(
-            lambda conn: read_changes(
-                conn, self.slot, self.publication, list(self.pg_tables.values()),
-                after_lsn=after, upto_lsn=upto, previous_tso=previous,
-            ),
-            f"reading slot {self.slot}",
-        )  # fmt: skip
+        changes = self._read(after, upto, previous)
+        if not changes.transactions:
+            changes, upto = self._widen(after, upto, previous)
         lap("read")
         floor = progress.watermark
         watermark = floor
@@ -387,6 +386,33 @@ class PostgresUpstream:
         return IngestResult(batch, changes.changes, released, watermark, floor, None, tables,
                             frozenset(truncated))  # fmt: skip
 
+    def _read(
+        self, after: int, upto: int, previous: int, *, first_only: bool = False
+    ) -> ChangeBatch:
+        return self._pg.run(
+            lambda conn: read_changes(
+                conn, self.slot, self.publication, list(self.pg_tables.values()),
+                after_lsn=after, upto_lsn=upto, previous_tso=previous, first_only=first_only,
+            ),
+            f"reading slot {self.slot}",
+        )  # fmt: skip
+
+    def _widen(self, after: int, upto: int, previous: int) -> tuple[ChangeBatch, int]:
+        """A batch's window holding no commit (one transaction larger than
+        ``max_batch_bytes`` spans it, or only WAL of other tables): the first transaction
+        committed past it, read alone, in a window doubled until it holds that commit or
+        reaches the WAL flushed now; and where the next batch starts. Stepping by the cap
+        instead, every step decodes the large transaction from its start again."""
+        cap = self.config.upstream.max_batch_bytes
+        while True:
+            flushed = self._pg.run(current_wal_lsn, "reading the WAL position")
+            if flushed <= upto:
+                return _NOTHING, upto
+            upto = min(flushed, after + max(2 * (upto - after), cap))
+            changes = self._read(after, upto, previous, first_only=True)
+            if changes.last_end_lsn is not None:
+                return changes, changes.last_end_lsn
+
     def planned_offsets(self, batch: int) -> Mapping[str, Any]:
         return {"planned": self._logged_offset(batch)}  # ("lsn" is where the batch read to)
 
@@ -407,8 +433,14 @@ class PostgresUpstream:
     def prefetch(self, store: StateStore, *, once: bool) -> None:
         pass  # a batch's changes are known only once Spark's source plans it
 
-    def after_batch(self, batch: int) -> None:
-        pass
+    def after_batch(self, store: StateStore, batch: int) -> None:
+        """A batch that read past Spark's window (:meth:`_widen`) confirms the slot there
+        at once: the source starts its next window from the slot's confirmed position,
+        instead of stepping through the read part by ``max_batch_bytes``."""
+        offsets = store.batch_offsets(batch) or {}
+        read_to, planned = offsets.get("lsn"), offsets.get("planned")
+        if read_to is not None and planned is not None and int(read_to) > int(planned):
+            self._confirm(int(read_to))
 
     def close(self) -> None:
         self._pg.close()

@@ -74,8 +74,9 @@ class Upstream(Protocol):
         records. Called on an error's path only: it may read many files."""
         ...
 
-    def after_batch(self, batch: int) -> None:
-        """A batch is finished (every output committed)."""
+    def after_batch(self, store: StateStore, batch: int) -> None:
+        """A batch is finished (every output committed); also called again for a batch
+        Spark replays that the job had finished."""
         ...
 
     def after_run(self, store: StateStore) -> None:

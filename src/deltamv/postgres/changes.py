@@ -502,9 +502,12 @@ def read_changes(
     upto_lsn: int,
     previous_tso: int = 0,
     chunk_rows: int = 65536,
+    first_only: bool = False,
 ) -> ChangeBatch:
     """The net changes of the transactions with ``after_lsn <= commit_lsn < upto_lsn``
     (module docstring), read without consuming them: the slot does not move.
+    ``first_only``: of the first of them alone (the next batch starts at its
+    ``last_end_lsn``).
 
     ``conn`` is a regular connection (autocommit, :func:`deltamv.postgres.connect.connect`)
     to the slot's database. Raises one-line StateErrors, before returning anything,
@@ -579,6 +582,8 @@ def read_changes(
                     last_time = pg_time_to_unix_us(commit_time)
                     tso = commit_tso(last_time, tso)
                     last_tso = tso
+                    if first_only:
+                        break
                 include = False
             elif kind == 0x52:  # Relation: applies from here on, included transaction or not
                 rel = decode(data)

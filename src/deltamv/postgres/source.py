@@ -6,7 +6,10 @@ holds the transactions whose commit record starts at or after ``start["lsn"]`` a
 below ``end["lsn"]``, always whole.
 
 - ``initialOffset``: the slot's confirmed position (``startLsn`` if given).
-- ``latestOffset``: the WAL flushed now, at most ``maxBytesPerTrigger`` past the start.
+- ``latestOffset``: the WAL flushed now, at most ``maxBytesPerTrigger`` past the start
+  (the start, or the slot's confirmed position where that is further: a deltamv job
+  that read past a batch's end, to hold a transaction larger than the cap, confirms the
+  slot there).
 - ``commit(end)``: advances the slot to ``end``. Spark calls it only after the
   micro-batch completed (every sink write of it done), never for a batch that failed,
   so PostgreSQL keeps the WAL of any batch not yet committed everywhere.
@@ -40,7 +43,7 @@ from deltamv.errors import ConfigError, DeltaMVError, wire
 from deltamv.postgres.changes import batch_upper, transactions
 from deltamv.postgres.connect import Reconnecting, connect, statement_failed
 from deltamv.postgres.lsn import format_lsn, parse_lsn
-from deltamv.postgres.slot import advance_slot, check_slot, current_wal_lsn
+from deltamv.postgres.slot import advance_slot, check_slot, current_wal_lsn, slot_status
 
 _T = TypeVar("_T")
 
@@ -152,10 +155,17 @@ class PostgresStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._run(current_wal_lsn, "reading the WAL position")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = decode_offset(start)
-        latest = self._target
-        if latest is None:
-            latest = self._run(current_wal_lsn, "reading the WAL position")
+        slot, target = self.options.slot, self._target
+
+        def positions(conn: psycopg.Connection[Any]) -> tuple[int, int]:
+            latest = current_wal_lsn(conn) if target is None else target
+            status = slot_status(conn, slot)  # (a missing slot fails the batch's read)
+            return latest, (status.confirmed_flush_lsn or 0) if status is not None else 0
+
+        latest, confirmed = self._run(positions, "reading the WAL position")
+        # A job that read past the last batch's end (a transaction larger than the cap)
+        # confirmed the slot there: the next batch starts from it, not from ``start``.
+        begin = max(decode_offset(start), min(confirmed, latest))
         cap = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         return encode_offset(batch_upper(begin, latest, cap))
 
