@@ -104,6 +104,14 @@ def test_a_column_added_while_running_stops_the_batch_with_nothing_committed(
         " is committed"
     ), str(error)
     assert [v.version for v in delta.versions(out)] == versions
+    # A refused start changes nothing in the state either: with the column dropped again,
+    # the next start did not find its view's plan changed (it rebuilt the view's state and
+    # wrote the view again at the same watermark, an outside check), and is refused again
+    # (the slot still holds the transaction that added the column).
+    with psycopg.connect(pg_dsn, autocommit=True) as pg:
+        pg.execute("ALTER TABLE t DROP COLUMN extra")
+    assert isinstance(_refused(spark, config), StateError)
+    assert [v.version for v in delta.versions(out)] == versions
 
 
 def test_a_table_the_snapshot_did_not_copy_or_copied_before_it_was_created_again(

@@ -166,6 +166,10 @@ class ViewJob:
     # -- the start -------------------------------------------------------------------------
     def _open(self, store: StateStore, compute: Compute, upstream: Any) -> BatchRunner:
         config = self.config
+        # The upstream's refusals (a segment changed since it was read, a PostgreSQL
+        # table's columns changed) come before the views are planned and their state
+        # synced: a refused start leaves the state as it found it.
+        upstream.open(store)
         mirrors = {
             name: Mirror(store.db, name, t.schema.to_arrow(), t.primary_key)
             for name, t in config.tables.items()
@@ -192,7 +196,6 @@ class ViewJob:
             )
             for tid, target in targets.items()
         }
-        upstream.open(store)
         self.maintenance = Maintenance(
             config.maintenance, {tid: (handles[tid], t.internal) for tid, t in targets.items()}
         )
