@@ -145,6 +145,7 @@ class SourceConfig:
     slot: str | None = None  # postgres: default "deltamv_<job name>"
     publication: str | None = None  # postgres: default "deltamv_<job name>"
     max_batch_bytes: int = 64 << 20  # postgres: WAL read per micro-batch, at most
+    connect_timeout: float = 60.0  # postgres: seconds of retries before a connection gives up
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ _MAINTENANCE_KEYS = {
     "vacuum_interval": False,
 }
 _SOURCE_KEYS = {"kind": False, "dsn": False, "slot": False, "publication": False,
-                "max_batch_bytes": False}  # fmt: skip
+                "max_batch_bytes": False, "connect_timeout": False}  # fmt: skip
 _TOP_KEYS = {
     "job": True,
     "source": False,
@@ -429,6 +430,10 @@ def _source(r: _Reader, raw: Any) -> SourceConfig:
         ),
         max_batch_bytes=r.count(src.get("max_batch_bytes", 64 << 20), "source.max_batch_bytes",
                                 minimum=1),
+        connect_timeout=(
+            r.interval(src["connect_timeout"], "source.connect_timeout")
+            if "connect_timeout" in src else 60.0
+        ),
     )  # fmt: skip
 
 

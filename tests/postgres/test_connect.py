@@ -91,3 +91,31 @@ def test_connections_keep_alive_unless_the_dsn_says_otherwise(pg_server) -> None
     assert (options["keepalives_idle"], options["keepalives_count"]) == ("30", "3")
     with connect(pg_server.dsn() + " keepalives_idle=300") as conn:
         assert conninfo_to_dict(conn.info.dsn)["keepalives_idle"] == "300"
+
+
+def test_the_job_retries_as_long_as_its_config_says(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``source.connect_timeout`` bounds the job's retries (60 s by default: a server's
+    crash recovery can take longer, an outside check); a bare number has no unit."""
+    import time
+
+    from deltamv.config import load_config
+    from deltamv.errors import ConfigError
+    from deltamv.job.postgres import PostgresUpstream
+
+    folder = tempfile.mkdtemp(prefix="deltamv-nopg-")
+    config = tmp_path / "job.toml"
+    text = (
+        f'[job]\nname = "j"\ncheckpoint = "{tmp_path}/ck"\n\n[source]\nkind = "postgres"\n'
+        f'dsn = "host={folder} port=5999 dbname=x"\nconnect_timeout = TIMEOUT\n\n[tables.t]\n\n'
+        f'[views.v]\nsql = "SELECT * FROM t"\npath = "{tmp_path}/v"\n'
+    )
+    config.write_text(text.replace("TIMEOUT", "5"))
+    with pytest.raises(ConfigError, match=r"source\.connect_timeout: 5 has no unit"):
+        load_config(config)
+    config.write_text(text.replace("TIMEOUT", '"1.5 seconds"'))
+    loaded = load_config(config)
+    assert loaded.upstream.connect_timeout == 1.5
+    began = time.monotonic()
+    with pytest.raises(StorageError, match="cannot reach PostgreSQL"):
+        PostgresUpstream(loaded, tmp_path / "spark")
+    assert time.monotonic() - began < 10

@@ -117,12 +117,13 @@ class PostgresUpstream:
         self.publication = publication_name(config)
         self.offset_log = spark_checkpoint / "offsets"
         self.checkpoint = Path(config.checkpoint)
-        self._pg = Reconnecting(self.dsn)
+        self.timeout = config.upstream.connect_timeout
+        self._pg = Reconnecting(self.dsn, timeout_s=self.timeout)
         declared = {
             name: (t.schema if t.schema.columns else None, t.primary_key or None)
             for name, t in config.tables.items()
         }
-        with connect(self.dsn) as conn:
+        with connect(self.dsn, timeout_s=self.timeout) as conn:
             self.pg_tables: dict[str, PgTable] = read_catalog(
                 conn, [(n, t.pg_table) for n, t in config.tables.items()], declared=declared
             )
@@ -277,7 +278,7 @@ class PostgresUpstream:
             # autocommit: the copy opens its own transaction. Connected first: a TRUNCATE
             # between the slot's snapshot and the copy's lock costs a new snapshot (and a
             # failed connect leaves no origin behind).
-            copy = stack.enter_context(connect(self.dsn))
+            copy = stack.enter_context(connect(self.dsn, timeout_s=self.timeout))
             # Kept before the slot exists: a start killed right after creating it must
             # still find it its own (and drop it) at the next start.
             origin = slot_origin(self._connection(), self.slot)
@@ -338,6 +339,7 @@ class PostgresUpstream:
             .option("publication", self.publication)
             .option("startLsn", str(start))
             .option("maxBytesPerTrigger", str(self.config.upstream.max_batch_bytes))
+            .option("connectTimeout", str(self.timeout))
             .load()
         )
 
@@ -514,7 +516,7 @@ def retire(config: JobConfig) -> Retired:
                 ) from None
             fcntl.flock(handle, fcntl.LOCK_UN)
     slot, publication = slot_name(config), publication_name(config)
-    with connect(config.upstream.dsn or "") as conn:
+    with connect(config.upstream.dsn or "", timeout_s=config.upstream.connect_timeout) as conn:
         dropped = drop_slot(conn, slot)
         existed = drop_publication(conn, publication)
     return Retired(slot, dropped, publication, existed)
