@@ -575,16 +575,6 @@ class JoinOp(Op):
             parts.append(self._pairs(b, self._probe_left(b, dr, new=True), dr))
         return concat(parts, self.left.output + self.right.output)
 
-    def _touched(self, b: Batch, dl: pa.Table | None, dr: pa.Table | None) -> pa.Table:
-        """The key values (as the left side's key attrs) the batch touched."""
-        parts = []
-        if dl is not None:
-            parts.append(self._keys_of(b, dl, self.lkeys, self.lattrs))  # type: ignore[arg-type]
-        if dr is not None:
-            parts.append(self._keys_of(b, dr, self.rkeys, self.lattrs))  # type: ignore[arg-type]
-        keys = pa.concat_tables([p.cast(parts[0].schema) for p in parts])
-        return b.compute.query("SELECT DISTINCT * FROM k", k=keys)
-
     def _unmatched(self, b: Batch, rows: pa.Table, other: pa.Table, *, rows_left: bool) -> pa.Table:
         """The rows of ``rows`` with no match in ``other``."""
         if rows.num_rows == 0:
@@ -616,50 +606,85 @@ class JoinOp(Op):
         cols[W] = rows.column(W)
         return pa.table(cols)
 
-    def _nullkey(self, b: Batch, rows: pa.Table | None, keys: Sequence[Expr]) -> pa.Table | None:
-        """Rows whose strict (not null-safe) key has a NULL: they never match."""
-        if rows is None or rows.num_rows == 0:
-            return None
-        tests = [
-            f"({sql(k, _col)}) IS NULL"
-            for k, ns in zip(keys, self.null_safe, strict=True)
-            if not ns
-        ]
-        if not tests:
-            return None
-        out = b.compute.query(f"SELECT * FROM d WHERE {' OR '.join(tests)}", d=rows)
-        return out if out.num_rows else None
-
     def _side_delta(self, b: Batch, side: str, dl: pa.Table | None, dr: pa.Table | None,
                     *, keep: str) -> pa.Table | None:  # fmt: skip
         """Change of the rows of ``side`` kept for having no match (keep="unmatched", for
-        outer and anti joins) or a match (keep="matched", semi joins), over touched keys."""
-        if dl is None and dr is None:
-            return None
-        keys = self._touched(b, dl, dr)
-        rkeys = keys.rename_columns([a.col for a in self.rattrs])  # type: ignore[union-attr]
-        old_l = self.left.lookup(b, self.lattrs, keys, new=False, null_safe=self.null_safe)  # type: ignore[arg-type]
-        new_l = self.left.lookup(b, self.lattrs, keys, new=True, null_safe=self.null_safe)  # type: ignore[arg-type]
-        old_r = self.right.lookup(b, self.rattrs, rkeys, new=False, null_safe=self.null_safe)  # type: ignore[arg-type]
-        new_r = self.right.lookup(b, self.rattrs, rkeys, new=True, null_safe=self.null_safe)  # type: ignore[arg-type]
-        if side == "left":
-            mine_old, mine_new, other_old, other_new = old_l, new_l, old_r, new_r
-            changed, keys_of = dl, self.lkeys
-        else:
-            mine_old, mine_new, other_old, other_new = old_r, new_r, old_l, new_l
-            changed, keys_of = dr, self.rkeys
+        outer and anti joins) or a match (keep="matched", semi joins).
+
+        Only the other side's change can move a row of ``side`` between matched and
+        unmatched, and only rows of the keys it touched; without a condition beyond the
+        keys, only of the keys that gained their first partner or lost their last. The
+        rows of those keys are compared whole, before and after. A row of another key
+        is matched before and after alike, so of those only the rows ``side``'s own
+        change added or removed count, kept by their partners: a row of ``side`` that
+        changed, or a partner that changed but did not come or go, is not a reason to
+        read the other rows of its key (the fact rows of a dimension key, say)."""
         rows_left = side == "left"
-        if keep == "matched":
-            before = self._matched(b, mine_old, other_old)
-            after = self._matched(b, mine_new, other_new)
-        else:
-            before = self._unmatched(b, mine_old, other_old, rows_left=rows_left)
-            after = self._unmatched(b, mine_new, other_new, rows_left=rows_left)
+        changed, decider = (dl, dr) if rows_left else (dr, dl)
+        if changed is None and decider is None:
+            return None
+        mine, other = (self.left, self.right) if rows_left else (self.right, self.left)
+        mine_keys, other_keys = (self.lkeys, self.rkeys) if rows_left else (self.rkeys, self.lkeys)
+        mine_attrs = self.lattrs if rows_left else self.rattrs
+        other_attrs = self.rattrs if rows_left else self.lattrs
+
+        def kept(rows: pa.Table, partners: pa.Table) -> pa.Table:
+            if keep == "matched":  # (semi joins: rows of the left side)
+                return self._matched(b, rows, partners)
+            return self._unmatched(b, rows, partners, rows_left=rows_left)
+
+        def lookup(op: Op, attrs: Sequence[Attr | None], keys: pa.Table, *, new: bool) -> pa.Table:
+            return op.lookup(b, attrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
+
+        parts: list[pa.Table | None] = []
+        touched = None
+        if decider is not None:
+            touched = self._keys_of(b, decider, other_keys, other_attrs)  # type: ignore[arg-type]
+            old_o = lookup(other, other_attrs, touched, new=False)
+            new_o = lookup(other, other_attrs, touched, new=True)
+            if not self.residual:
+                touched = self._came_or_went(b, touched, other_keys, old_o, new_o)
+            if touched.num_rows:
+                as_mine = touched.rename_columns([a.col for a in mine_attrs])  # type: ignore[union-attr]
+                before = kept(lookup(mine, mine_attrs, as_mine, new=False), old_o)
+                after = kept(lookup(mine, mine_attrs, as_mine, new=True), new_o)
+                parts += [after, negate(before)]
+        if changed is not None:
+            own = changed
+            if touched is not None and touched.num_rows:
+                own = self._other_keys(b, changed, mine_keys, touched)
+            if own.num_rows:
+                keys = self._keys_of(b, own, mine_keys, other_attrs)  # type: ignore[arg-type]
+                parts.append(kept(own, lookup(other, other_attrs, keys, new=True)))
         attrs = self.left.output if rows_left else self.right.output
-        parts = [after, negate(before)]
-        if keep == "unmatched":
-            parts.append(self._nullkey(b, changed, keys_of))
         return consolidate(b.compute, concat(parts, attrs))
+
+    def _came_or_went(self, b: Batch, keys: pa.Table, exprs: Sequence[Expr], old: pa.Table,
+                      new: pa.Table) -> pa.Table:  # fmt: skip
+        """The rows of ``keys`` that have a row in ``old`` or in ``new`` but not in both
+        (``exprs`` over those rows is the key, matched as the join matches keys)."""
+
+        def has(alias: str) -> str:
+            tests = []
+            for k, name, ns in zip(exprs, keys.column_names, self.null_safe, strict=True):
+                op = "IS NOT DISTINCT FROM" if ns else "="
+                tests.append(f'({sql(k, lambda i: f"{alias}.{_col(i)}")}) {op} k."{name}"')
+            return f"EXISTS (SELECT 1 FROM {alias} WHERE {' AND '.join(tests)})"
+
+        query = f"SELECT k.* FROM k WHERE {has('o')} <> {has('n')}"
+        return b.compute.query(query, k=keys, o=old, n=new)
+
+    def _other_keys(
+        self, b: Batch, rows: pa.Table, keys: Sequence[Expr], touched: pa.Table
+    ) -> pa.Table:
+        """The rows of ``rows`` whose key (``keys`` over them) is not one of ``touched``'s
+        rows, matched as the join matches keys (a NULL in a strict key matches none)."""
+        tests = []
+        for k, name, ns in zip(keys, touched.column_names, self.null_safe, strict=True):
+            op = "IS NOT DISTINCT FROM" if ns else "="
+            tests.append(f'({sql(k, lambda i: f"d.{_col(i)}")}) {op} t."{name}"')
+        query = f"SELECT d.* FROM d WHERE NOT EXISTS (SELECT 1 FROM t WHERE {' AND '.join(tests)})"
+        return b.compute.query(query, d=rows, t=touched)
 
     def delta(self, b: Batch) -> pa.Table | None:
         # Consolidated first: an update whose changed columns the plan pruned before the
