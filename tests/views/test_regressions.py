@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
-from deltamv.views.ivm import AggregateOp
+from deltamv.views.ivm import AggregateOp, JoinOp
 
 from .harness import Planned, Run, spark_check
 from .shapes import SHAPES
@@ -288,5 +288,40 @@ def test_min_and_max_kept_in_order_stale_in_different_groups_of_one_batch(
             {(0, 0.0, 0.0): 1, (1, 1.5, 1.5): 1, (None, None, None): 1}
         )
         assert spark_check(spark, run, SHAPES) == 3
+    finally:
+        run.close()
+
+
+def test_a_changed_row_of_an_outer_joins_preserved_side_reads_no_other_row_of_its_key(
+    spark: SparkSession, planned: Planned, compute: Compute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The padded rows of ``transfers t LEFT JOIN accounts a ON t.dst = a.id`` change only
+    # where an account with transfers comes or goes; a new transfer is padded or not by
+    # its own account. Every transfer to the same account was read, before and after, at
+    # each new one (an outside check: at 10M rows, 2M rows read for 5,000 changed).
+    views = ["global_join_agg"]
+    run = Run(planned, views, compute)
+    (join,) = [o for o in run.views["global_join_agg"].ops() if isinstance(o, JoinOp)]
+    reads: list[int] = []
+    real = join.left.lookup
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        rows = real(*args, **kwargs)
+        reads.append(rows.num_rows)
+        return rows
+
+    monkeypatch.setattr(join.left, "lookup", spy)
+    try:
+        run.load({"accounts": [_account(1), _account(2)],
+                  "transfers": [_transfer(i, dst=1) for i in (10, 11, 12)]})  # fmt: skip
+        run.step([("transfers", 13, _transfer(13, dst=1)), ("transfers", 14, _transfer(14, dst=3))])
+        assert run.outputs["global_join_agg"] == Counter({(5, 4): 1})
+        assert sum(reads) == 0
+        run.step([("accounts", 1, None)])  # its four transfers lose their match: read
+        assert run.outputs["global_join_agg"] == Counter({(5, 0): 1})
+        assert reads == [4, 4, 4]  # the pairs it leaves, then the padding before and after
+        run.step([("accounts", 3, _account(3))])  # transfer 14 finds its account
+        assert run.outputs["global_join_agg"] == Counter({(5, 1): 1})
+        assert spark_check(spark, run, SHAPES) == len(views) * 4
     finally:
         run.close()
