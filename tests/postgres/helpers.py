@@ -47,15 +47,16 @@ def rows(batch: ChangeBatch, table: str, *columns: str) -> list[tuple[Any, ...]]
     return list(zip(*(data[c].to_pylist() for c in ("_key", "_op", *columns)), strict=True))
 
 
-def one_table_job(dsn: str, folder: Path, job: str, view_sql: str) -> Path:
+def one_table_job(dsn: str, folder: Path, job: str, view_sql: str, source: str = "") -> Path:
     """Table ``t (id int PRIMARY KEY, v int)`` holding (1, 1), and the config of a job
-    ``job`` reading it (checkpoint and view ``all`` under ``folder``)."""
+    ``job`` reading it (checkpoint and view ``all`` under ``folder``; ``source``: more
+    lines of its ``[source]``)."""
     with psycopg.connect(dsn, autocommit=True) as pg:
         pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
     config = folder / "job.toml"
     config.write_text(
         f'[job]\nname = "{job}"\ncheckpoint = "{folder}/ck"\n\n'
-        f'[source]\nkind = "postgres"\ndsn = "{dsn}"\n\n[tables.t]\n\n'
+        f'[source]\nkind = "postgres"\ndsn = "{dsn}"\n{source}\n[tables.t]\n\n'
         f'[views.all]\nsql = "{view_sql}"\npath = "{folder}/all"\n'
     )
     return config

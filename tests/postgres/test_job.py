@@ -188,14 +188,8 @@ def test_a_transaction_far_larger_than_max_batch_bytes_takes_a_few_batches(
     the slot past it, so Spark's next window starts there: a few batches, not one per
     1000 bytes of WAL (each of which decoded the transaction from its start again).
     Every version is the table after one of the transactions."""
+    config = one_table_job(pg_dsn, tmp_path, "wide", "SELECT * FROM t", "max_batch_bytes = 1000\n")
     with psycopg.connect(pg_dsn, autocommit=True) as pg:
-        pg.execute("CREATE TABLE t (id int PRIMARY KEY, v int); INSERT INTO t VALUES (1, 1)")
-        config = tmp_path / "job.toml"
-        config.write_text(
-            f'[job]\nname = "wide"\ncheckpoint = "{tmp_path}/ck"\n\n'
-            f'[source]\nkind = "postgres"\ndsn = "{pg_dsn}"\nmax_batch_bytes = 1000\n\n'
-            f'[tables.t]\n\n[views.all]\nsql = "SELECT * FROM t"\npath = "{tmp_path}/all"\n'
-        )
         ViewJob(load_config(config), spark).run(once=True)  # the snapshot
         pg.execute("INSERT INTO t SELECT g, g FROM generate_series(2, 5001) g")
         pg.execute("UPDATE t SET v = 0 WHERE id = 1")
