@@ -665,11 +665,7 @@ class JoinOp(Op):
         (``exprs`` over those rows is the key, matched as the join matches keys)."""
 
         def has(alias: str) -> str:
-            tests = []
-            for k, name, ns in zip(exprs, keys.column_names, self.null_safe, strict=True):
-                op = "IS NOT DISTINCT FROM" if ns else "="
-                tests.append(f'({sql(k, lambda i: f"{alias}.{_col(i)}")}) {op} k."{name}"')
-            return f"EXISTS (SELECT 1 FROM {alias} WHERE {' AND '.join(tests)})"
+            return f"EXISTS (SELECT 1 FROM {alias} WHERE {self._key_is(exprs, alias, keys)})"
 
         query = f"SELECT k.* FROM k WHERE {has('o')} <> {has('n')}"
         return b.compute.query(query, k=keys, o=old, n=new)
@@ -679,12 +675,19 @@ class JoinOp(Op):
     ) -> pa.Table:
         """The rows of ``rows`` whose key (``keys`` over them) is not one of ``touched``'s
         rows, matched as the join matches keys (a NULL in a strict key matches none)."""
+        same = self._key_is(keys, "d", touched)
+        query = f"SELECT d.* FROM d WHERE NOT EXISTS (SELECT 1 FROM k WHERE {same})"
+        return b.compute.query(query, d=rows, k=touched)
+
+    def _key_is(self, exprs: Sequence[Expr], alias: str, keys: pa.Table) -> str:
+        """SQL: ``exprs`` over the rows aliased ``alias`` equal the columns of ``keys``
+        (aliased ``k``), key by key as the join matches them (``=``, or ``<=>`` where the
+        key is null-safe)."""
         tests = []
-        for k, name, ns in zip(keys, touched.column_names, self.null_safe, strict=True):
+        for e, name, ns in zip(exprs, keys.column_names, self.null_safe, strict=True):
             op = "IS NOT DISTINCT FROM" if ns else "="
-            tests.append(f'({sql(k, lambda i: f"d.{_col(i)}")}) {op} t."{name}"')
-        query = f"SELECT d.* FROM d WHERE NOT EXISTS (SELECT 1 FROM t WHERE {' AND '.join(tests)})"
-        return b.compute.query(query, d=rows, t=touched)
+            tests.append(f'({sql(e, lambda i: f"{alias}.{_col(i)}")}) {op} k."{name}"')
+        return " AND ".join(tests)
 
     def delta(self, b: Batch) -> pa.Table | None:
         # Consolidated first: an update whose changed columns the plan pruned before the
