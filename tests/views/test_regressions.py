@@ -25,6 +25,20 @@ def _transfer(key: int, **values: Any) -> dict[str, Any]:
     return {"id": key, **dict.fromkeys(COLUMNS["transfers"]), **values}
 
 
+def _count_reads(monkeypatch: pytest.MonkeyPatch, op: Any) -> list[int]:
+    """The rows each of ``op``'s lookups returns, in order, from now on."""
+    reads: list[int] = []
+    real = op.lookup
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        rows = real(*args, **kwargs)
+        reads.append(rows.num_rows)
+        return rows
+
+    monkeypatch.setattr(op, "lookup", spy)
+    return reads
+
+
 def test_join_on_a_null_safe_and_a_strict_key_matches_null_on_the_null_safe_one(
     spark: SparkSession, planned: Planned, compute: Compute
 ) -> None:
@@ -141,15 +155,7 @@ def test_a_kept_min_reads_its_group_only_when_no_row_holds_it_any_more(
     views = ["minmax"]
     run = Run(planned, views, compute)
     (op,) = [o for o in run.views["minmax"].ops() if isinstance(o, AggregateOp)]
-    reads: list[int] = []
-    real = op.child.lookup
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        rows = real(*args, **kwargs)
-        reads.append(rows.num_rows)
-        return rows
-
-    monkeypatch.setattr(op.child, "lookup", spy)
+    reads = _count_reads(monkeypatch, op.child)
     try:
         run.load({"accounts": [_account(1, owner="a", balance=0), _account(2, owner="a", balance=0),
                                _account(3, owner="a", balance=5), _account(4, owner="b", balance=9)],
@@ -302,15 +308,7 @@ def test_a_changed_row_of_an_outer_joins_preserved_side_reads_no_other_row_of_it
     views = ["global_join_agg"]
     run = Run(planned, views, compute)
     (join,) = [o for o in run.views["global_join_agg"].ops() if isinstance(o, JoinOp)]
-    reads: list[int] = []
-    real = join.left.lookup
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        rows = real(*args, **kwargs)
-        reads.append(rows.num_rows)
-        return rows
-
-    monkeypatch.setattr(join.left, "lookup", spy)
+    reads = _count_reads(monkeypatch, join.left)
     try:
         run.load({"accounts": [_account(1), _account(2)],
                   "transfers": [_transfer(i, dst=1) for i in (10, 11, 12)]})  # fmt: skip
