@@ -178,6 +178,35 @@ class Batch:
         return any(t in self.changes and self.changes[t].num_rows for t in tables)
 
 
+_I = "__i"  # a row's position, where a query's answer must follow its input's order
+
+
+def _indexed(keys: pa.Table) -> pa.Table:
+    return keys.append_column(_I, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
+
+
+def _matches(keys: pa.Table, cols: Sequence[str], null_safe: Sequence[bool], alias: str) -> str:
+    """SQL: the columns ``cols`` of the rows aliased ``alias`` equal the key row ``k``'s
+    columns, in order (``=``, or ``<=>`` where ``null_safe``)."""
+    return " AND ".join(
+        f'{alias}."{c}" {"IS NOT DISTINCT FROM" if ns else "="} k."{name}"'
+        for c, name, ns in zip(cols, keys.column_names, null_safe, strict=True)
+    )
+
+
+def _has(b: Batch, keys: pa.Table, rows: pa.Table, cols: Sequence[str],
+         null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+    """For each row of ``keys``, whether a row of ``rows`` has it in ``cols``."""
+    if keys.num_rows == 0 or rows.num_rows == 0:
+        return pa.array(np.zeros(keys.num_rows, dtype=bool))
+    query = (f'SELECT k."{_I}" FROM k WHERE EXISTS (SELECT 1 FROM r WHERE'
+             f" {_matches(keys, cols, null_safe, 'r')})")  # fmt: skip
+    found = b.compute.query(query, k=_indexed(keys), r=rows).column(_I)
+    return pc.is_in(
+        pa.array(np.arange(keys.num_rows, dtype=np.int64)), value_set=found.combine_chunks()
+    )
+
+
 class Op(abc.ABC):
     """One operator of a maintained view (see the module doc)."""
 
@@ -198,6 +227,14 @@ class Op(abc.ABC):
         """Rows of this operator's output (old or new state) whose ``attrs`` equal a row of
         ``keys`` (columns named by the attrs). A bag: weights are multiplicities."""
         raise Unsupported("a lookup into this part of the plan")
+
+    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+        """For each row of ``keys`` (as for :meth:`lookup`), whether this operator's output
+        (old or new state) has a row whose ``attrs`` equal it. Here from the rows a lookup
+        finds; a scan answers from its index alone."""
+        rows = self.lookup(b, attrs, keys, new=new, null_safe=null_safe)
+        return _has(b, keys, rows, [a.col for a in attrs], null_safe)
 
     def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
         """The change in batch ``b`` as ``(rows, relation)``: the rows of the nearest
@@ -291,6 +328,29 @@ class ScanOp(Op):
                               d=change, k=keys_c)  # fmt: skip
         return consolidate(b.compute, concat([rows, hit], self.output)) or empty(self.output)
 
+    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+        """From the mirror's index (one probe a key), and for the new state from the
+        batch's change: a key's new count is its old one plus the change's weights of it,
+        so only a key the change takes rows from on balance needs its rows counted."""
+        names, cols = [a.name for a in attrs], [a.col for a in attrs]
+        stored = self.mirror.present(names, keys.rename_columns(names), null_safe=list(null_safe))
+        had = _has(b, keys, stored.rename_columns(cols), cols, null_safe)
+        change = self.delta(b) if new else None
+        if change is None:
+            return had
+        match = _matches(keys, cols, null_safe, "d")
+        net = b.compute.query(
+            f'SELECT COALESCE((SELECT SUM(d."{W}") FROM d WHERE {match}), 0) AS net'
+            f' FROM k ORDER BY k."{_I}"', d=change, k=_indexed(keys)).column("net")  # fmt: skip
+        has = pc.and_(pc.greater_equal(net, 0), pc.or_(had, pc.greater(net, 0))).combine_chunks()
+        fewer = pc.less(net, 0).combine_chunks()  # of these keys, the rows are counted
+        if not pc.any(fewer).as_py():
+            return has
+        taken = keys.filter(fewer)
+        rows = self.lookup(b, attrs, taken, new=True, null_safe=null_safe)
+        return pc.replace_with_mask(has, fewer, _has(b, taken, rows, cols, null_safe))
+
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         raise Unsupported(f"a scan of the whole table {self.table}")
 
@@ -306,6 +366,10 @@ class FilterOp(Op):
         self.tables = child.tables
         self.small = child.small
         self.cond = sql(condition, _col)
+        # a condition of only "x IS NOT NULL" (Spark's, on the keys of a join above)
+        tests = [c.children[0].attr() if c.kind == "IsNotNull" else None
+                 for c in _conjuncts(condition)]  # fmt: skip
+        self.not_null = None if None in tests else {a.id for a in tests if a is not None}
 
     def children(self) -> tuple[Op, ...]:
         return (self.child,)
@@ -314,6 +378,13 @@ class FilterOp(Op):
         if rows is None or rows.num_rows == 0:
             return rows
         return b.compute.query(f"SELECT * FROM d WHERE {self.cond}", d=rows)
+
+    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+        strict = {a.id for a, ns in zip(attrs, null_safe, strict=True) if not ns}
+        if self.not_null is not None and self.not_null <= strict:  # a match implies it
+            return self.child.present(b, attrs, keys, new=new, null_safe=null_safe)
+        return super().present(b, attrs, keys, new=new, null_safe=null_safe)
 
     def delta(self, b: Batch) -> pa.Table | None:
         return self._apply(b, self.child.delta(b))
@@ -390,6 +461,14 @@ class ProjectOp(Op):
         renamed = keys.rename_columns([a.col for a in inner])
         rows = self.child.lookup(b, inner, renamed, new=new, null_safe=null_safe)
         return self._apply(b, rows) or empty(self.output)
+
+    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+        inner = self._inner(attrs)  # a projection keeps every row: its child's answer
+        if inner is None:
+            raise Unsupported("a lookup by a computed column")
+        renamed = keys.rename_columns([a.col for a in inner])
+        return self.child.present(b, inner, renamed, new=new, null_safe=null_safe)
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         return self._apply(b, self.child.whole(b, new=new)) or empty(self.output)
@@ -612,13 +691,16 @@ class JoinOp(Op):
         outer and anti joins) or a match (keep="matched", semi joins).
 
         Only the other side's change can move a row of ``side`` between matched and
-        unmatched, and only rows of the keys it touched; without a condition beyond the
-        keys, only of the keys that gained their first partner or lost their last. The
-        rows of those keys are compared whole, before and after. A row of another key
-        is matched before and after alike, so of those only the rows ``side``'s own
-        change added or removed count, kept by their partners: a row of ``side`` that
-        changed, or a partner that changed but did not come or go, is not a reason to
-        read the other rows of its key (the fact rows of a dimension key, say)."""
+        unmatched, and only rows of the keys it touched. Without a condition beyond the
+        keys, only the keys that gained their first partner or lost their last: all
+        their rows move, and whether a key has partners, before and after, comes from
+        the other side's index (:meth:`Op.present`), not from its rows. With one, the
+        rows of every touched key and their partners are compared whole, before and
+        after. A row of another key is matched before and after alike, so of those only
+        the rows ``side``'s own change added or removed count, kept by their partners:
+        a row of ``side`` that changed, or a partner that changed but did not come or
+        go, is not a reason to read the other rows of its key, nor, without a
+        condition, the partners of any key (the fact rows of a dimension key, say)."""
         rows_left = side == "left"
         changed, decider = (dl, dr) if rows_left else (dr, dl)
         if changed is None and decider is None:
@@ -636,47 +718,57 @@ class JoinOp(Op):
         def lookup(op: Op, attrs: Sequence[Attr | None], keys: pa.Table, *, new: bool) -> pa.Table:
             return op.lookup(b, attrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
 
+        def present(keys: pa.Table, *, new: bool) -> pa.Array:
+            return other.present(b, other_attrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
+
         parts: list[pa.Table | None] = []
         touched = None
         if decider is not None:
             touched = self._keys_of(b, decider, other_keys, other_attrs)  # type: ignore[arg-type]
-            old_o = lookup(other, other_attrs, touched, new=False)
-            new_o = lookup(other, other_attrs, touched, new=True)
-            if not self.residual:
-                touched = self._came_or_went(b, touched, other_keys, old_o, new_o)
-            if touched.num_rows:
+            if self.residual:
+                old_o = lookup(other, other_attrs, touched, new=False)
+                new_o = lookup(other, other_attrs, touched, new=True)
                 as_mine = touched.rename_columns([a.col for a in mine_attrs])  # type: ignore[union-attr]
                 before = kept(lookup(mine, mine_attrs, as_mine, new=False), old_o)
                 after = kept(lookup(mine, mine_attrs, as_mine, new=True), new_o)
                 parts += [after, negate(before)]
+            else:  # only whether a key has partners, before and after, from the index
+                had = present(touched, new=False)
+                has = present(touched, new=True)
+                came = touched.filter(pc.and_(has, pc.invert(had)))
+                went = touched.filter(pc.and_(had, pc.invert(has)))
+                gained, lost = (went, came) if keep == "unmatched" else (came, went)
+                rename = [a.col for a in mine_attrs]  # type: ignore[union-attr]
+                if gained.num_rows:
+                    parts.append(lookup(mine, mine_attrs, gained.rename_columns(rename), new=True))
+                if lost.num_rows:
+                    lost_rows = lookup(mine, mine_attrs, lost.rename_columns(rename), new=False)
+                    parts.append(negate(lost_rows))
+                touched = pa.concat_tables([came, went])
         if changed is not None:
             own = changed
             if touched is not None and touched.num_rows:
-                own = self._other_keys(b, changed, mine_keys, touched)
+                own = self._with_keys(b, changed, mine_keys, touched, among=False)
             if own.num_rows:
                 keys = self._keys_of(b, own, mine_keys, other_attrs)  # type: ignore[arg-type]
-                parts.append(kept(own, lookup(other, other_attrs, keys, new=True)))
+                if self.residual:
+                    parts.append(kept(own, lookup(other, other_attrs, keys, new=True)))
+                else:
+                    partnered = keys.filter(present(keys, new=True))
+                    among = keep == "matched"
+                    parts.append(self._with_keys(b, own, mine_keys, partnered, among=among))
         attrs = self.left.output if rows_left else self.right.output
         return consolidate(b.compute, concat(parts, attrs))
 
-    def _came_or_went(self, b: Batch, keys: pa.Table, exprs: Sequence[Expr], old: pa.Table,
-                      new: pa.Table) -> pa.Table:  # fmt: skip
-        """The rows of ``keys`` that have a row in ``old`` or in ``new`` but not in both
-        (``exprs`` over those rows is the key, matched as the join matches keys)."""
-
-        def has(alias: str) -> str:
-            return f"EXISTS (SELECT 1 FROM {alias} WHERE {self._key_is(exprs, alias, keys)})"
-
-        query = f"SELECT k.* FROM k WHERE {has('o')} <> {has('n')}"
-        return b.compute.query(query, k=keys, o=old, n=new)
-
-    def _other_keys(
-        self, b: Batch, rows: pa.Table, keys: Sequence[Expr], touched: pa.Table
-    ) -> pa.Table:
-        """The rows of ``rows`` whose key (``keys`` over them) is not one of ``touched``'s
-        rows, matched as the join matches keys (a NULL in a strict key matches none)."""
+    def _with_keys(self, b: Batch, rows: pa.Table, keys: Sequence[Expr], touched: pa.Table,
+                   *, among: bool) -> pa.Table:  # fmt: skip
+        """The rows of ``rows`` whose key (``keys`` over them) is one of ``touched``'s rows
+        (``among``) or is none of them, matched as the join matches keys (a NULL in a
+        strict key matches none)."""
+        if touched.num_rows == 0:
+            return rows if not among else rows.slice(0, 0)
         same = self._key_is(keys, "d", touched)
-        query = f"SELECT d.* FROM d WHERE NOT EXISTS (SELECT 1 FROM k WHERE {same})"
+        query = f"SELECT d.* FROM d WHERE {'' if among else 'NOT '}EXISTS (SELECT 1 FROM k WHERE {same})"
         return b.compute.query(query, d=rows, k=touched)
 
     def _key_is(self, exprs: Sequence[Expr], alias: str, keys: pa.Table) -> str:
