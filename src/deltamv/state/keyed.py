@@ -12,6 +12,7 @@ without one, which are then found by primary key).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
@@ -25,6 +26,7 @@ __all__ = ["KEY", "ROWID", "KeyedTable", "Mirror", "mirror_schema"]
 
 KEY = "_key"
 ROWID = "__rowid"
+COUNT = "count"  # of Mirror.counts
 _LOOKUP_CHUNK = 50_000
 
 
@@ -153,18 +155,29 @@ class KeyedTable:
             return out_schema.empty_table()
         return pa.concat_tables(parts) if len(parts) > 1 else parts[0]
 
-    def present(
-        self, columns: Sequence[str], keys: pa.Table, *, null_safe: bool | Sequence[bool] = False
+    def counts(
+        self,
+        columns: Sequence[str],
+        keys: pa.Table,
+        *,
+        null_safe: bool | Sequence[bool] = False,
+        upto: int = 1,
     ) -> pa.Table:
-        """The rows of ``keys`` that :meth:`lookup` would find a row for, distinct and with
-        their floats normalised (-0.0 as 0.0, one NaN): one probe of the index on
-        ``columns`` per key, however many rows hold it."""
-        parts = list(self._by_nulls(columns, keys, null_safe, self._present_exact))
-        schema = keys.select(list(columns)).schema
+        """For the rows of ``keys`` that :meth:`lookup` would find rows for, how many, up
+        to ``upto`` (column ``count``); distinct, with their floats normalised (-0.0 as
+        0.0, one NaN). Reads at most ``upto`` entries of the index on ``columns`` a key,
+        however many rows hold it."""
+        columns = list(columns)
+        parts = list(self._by_nulls(columns, keys, null_safe,
+                                    functools.partial(self._counts_exact, upto=upto)))  # fmt: skip
+        schema = keys.select(columns).schema.append(pa.field(COUNT, pa.int64()))
         if not parts:
             return schema.empty_table()
         found = normalise_floats(pa.concat_tables(parts).cast(schema), columns)
-        return found.group_by(list(columns)).aggregate([]).select(list(columns))
+        # a float's two zeros (or NaNs) are counted apart: their sum is at least the
+        # smaller of the count and ``upto`` (what a caller may rely on) and at most it
+        summed = found.group_by(columns).aggregate([(COUNT, "sum")])
+        return summed.rename_columns([*columns, COUNT]).select([*columns, COUNT])
 
     def _by_nulls(
         self,
@@ -198,29 +211,34 @@ class KeyedTable:
                 chosen = chosen.filter(test)
             yield from exact([c for c in columns if not pattern[c]], nulls, chosen)
 
-    def _present_exact(
-        self, equal: Sequence[str], null: Sequence[str], keys: pa.Table
+    def _counts_exact(
+        self, equal: Sequence[str], null: Sequence[str], keys: pa.Table, *, upto: int
     ) -> Iterator[pa.Table]:
         where = [f"t.{quote_name(c)} IS NULL" for c in null]
         table = quote_name(self.name)
+        schema = keys.schema.append(pa.field(COUNT, pa.int64()))
         if not equal:
-            if self.db.execute(f"SELECT 1 FROM {table} t WHERE {' AND '.join(where)} LIMIT 1"
-                               ).fetchone():  # fmt: skip
-                yield keys.slice(0, 1)
+            (n,) = self.db.execute(
+                f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} t WHERE {' AND '.join(where)}"
+                " LIMIT ?)", [upto]).fetchone()  # fmt: skip
+            if n:
+                yield keys.slice(0, 1).append_column(schema.field(COUNT), pa.array([n], pa.int64()))
             return
         temp, marks = self._key_table(keys, equal)
         on = " AND ".join([*(f"t.{quote_name(c)} = k.k{i}" for i, c in enumerate(equal)), *where])
-        names = ", ".join(f"k.k{i}" for i in range(len(equal)))
-        schema = keys.select(list(equal)).schema
+        names = ", ".join(f"k{i}" for i in range(len(equal)))
+        counted = f"(SELECT COUNT(*) FROM (SELECT 1 FROM {table} t WHERE {on} LIMIT ?)) AS n"
         for _ in self._chunks(keys, equal, temp, marks):
             rows = self.db.execute(
-                f"SELECT {names} FROM {temp} k WHERE EXISTS (SELECT 1 FROM {table} t WHERE {on})"
+                f"SELECT {names}, n FROM (SELECT {names}, {counted} FROM {temp} k) WHERE n > 0",
+                [upto],
             ).fetchall()
-            found = from_rows(rows, schema)
+            found = from_rows(rows, pa.schema([*(keys.schema.field(c) for c in equal),
+                                               schema.field(COUNT)]))  # fmt: skip
             for c in null:
                 field = keys.schema.field(c)
                 found = found.append_column(field, pa.nulls(len(rows), field.type))
-            yield found.select(keys.column_names)
+            yield found.select(schema.names)
 
     def _lookup_exact(
         self, equal: Sequence[str], null: Sequence[str], keys: pa.Table

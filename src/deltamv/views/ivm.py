@@ -194,6 +194,18 @@ def _matches(keys: pa.Table, cols: Sequence[str], null_safe: Sequence[bool], ali
     )
 
 
+def _sums(b: Batch, keys: pa.Table, rows: pa.Table | None, column: str, cols: Sequence[str],
+          null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+    """For each row of ``keys``, the sum of ``column`` over the rows of ``rows`` that have
+    it in ``cols`` (0 for none)."""
+    if rows is None or keys.num_rows == 0 or rows.num_rows == 0:
+        return pa.array(np.zeros(keys.num_rows, dtype=np.int64))
+    query = (f'SELECT CAST(COALESCE((SELECT SUM(r."{column}") FROM r WHERE'
+             f" {_matches(keys, cols, null_safe, 'r')}), 0) AS BIGINT) AS n"
+             f' FROM k ORDER BY k."{_I}"')  # fmt: skip
+    return b.compute.query(query, k=_indexed(keys), r=rows).column("n").combine_chunks()
+
+
 def _has(b: Batch, keys: pa.Table, rows: pa.Table, cols: Sequence[str],
          null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
     """For each row of ``keys``, whether a row of ``rows`` has it in ``cols``."""
@@ -330,26 +342,18 @@ class ScanOp(Op):
 
     def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                 null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
-        """From the mirror's index (one probe a key), and for the new state from the
-        batch's change: a key's new count is its old one plus the change's weights of it,
-        so only a key the change takes rows from on balance needs its rows counted."""
+        """From the mirror's index and, for the new state, the batch's change: a key's
+        new count is its old one plus the change's weights of it. So the index is read
+        for at most one entry a key, or one more than the change takes from it."""
         names, cols = [a.name for a in attrs], [a.col for a in attrs]
-        stored = self.mirror.present(names, keys.rename_columns(names), null_safe=list(null_safe))
-        had = _has(b, keys, stored.rename_columns(cols), cols, null_safe)
         change = self.delta(b) if new else None
-        if change is None:
-            return had
-        match = _matches(keys, cols, null_safe, "d")
-        net = b.compute.query(
-            f'SELECT COALESCE((SELECT SUM(d."{W}") FROM d WHERE {match}), 0) AS net'
-            f' FROM k ORDER BY k."{_I}"', d=change, k=_indexed(keys)).column("net")  # fmt: skip
-        has = pc.and_(pc.greater_equal(net, 0), pc.or_(had, pc.greater(net, 0))).combine_chunks()
-        fewer = pc.less(net, 0).combine_chunks()  # of these keys, the rows are counted
-        if not pc.any(fewer).as_py():
-            return has
-        taken = keys.filter(fewer)
-        rows = self.lookup(b, attrs, taken, new=True, null_safe=null_safe)
-        return pc.replace_with_mask(has, fewer, _has(b, taken, rows, cols, null_safe))
+        net = _sums(b, keys, change, W, cols, null_safe)  # the change's weights a key
+        upto = 1 + max(0, -(pc.min(net).as_py() or 0))
+        stored = self.mirror.counts(names, keys.rename_columns(names),
+                                    null_safe=list(null_safe), upto=upto)  # fmt: skip
+        old = _sums(b, keys, stored.rename_columns([*cols, W]), W, cols, null_safe)
+        # below ``upto`` a count is exact; from it on, more than the change can take
+        return pc.greater(pc.add(old, net), 0)
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         raise Unsupported(f"a scan of the whole table {self.table}")
