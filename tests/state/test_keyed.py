@@ -66,6 +66,39 @@ def test_float_keys_are_found_by_their_normalised_bits() -> None:
     assert sorted(keyed.lookup(["f"], probe).column("n").to_pylist()) == [1, 2]
 
 
+def test_counts_are_of_the_keys_a_lookup_finds_rows_for_up_to_a_limit(table: KeyedTable) -> None:
+    def counted(columns: list[str], probe: pa.Table, **kwargs: object) -> set[tuple]:
+        found = table.counts(columns, probe, **kwargs)  # type: ignore[arg-type]
+        rows = [tuple(r.values()) for r in found.to_pylist()]
+        assert len(set(rows)) == len(rows)  # distinct
+        return set(rows)
+
+    assert counted(["a"], keys(a=[1, 2, 7, 1])) == {(1, 1), (2, 1)}  # one entry a key
+    assert counted(["a"], keys(a=[1, 2, 7]), upto=3) == {(1, 2), (2, 1)}
+    probe = keys(a=[None, None, 3, 1], b=["x", None, None, "y"])
+    assert counted(["a", "b"], probe, upto=9) == {(1, "y", 1)}  # NULL matches nothing
+    assert counted(["a", "b"], probe, null_safe=[True, False], upto=9) == {
+        (1, "y", 1), (None, "x", 1)}  # fmt: skip
+    assert counted(["a", "b"], probe, null_safe=True, upto=9) == {
+        (1, "y", 1), (3, None, 1), (None, None, 1), (None, "x", 1)}  # fmt: skip
+    assert counted(["a"], keys(a=[None]), null_safe=True, upto=9) == {(None, 2)}
+    assert table.counts(["a"], keys(a=[])).schema.names == ["a", "count"]
+
+
+def test_a_float_keys_zeros_and_nans_are_counted_together() -> None:
+    schema = pa.schema([("f", pa.float64()), ("n", pa.int64())])
+    keyed = KeyedTable(sqlite3.connect(":memory:"), "f", schema, indexes=[["f"]])
+    stored = [0.0, -0.0, -0.0, math.nan, -math.nan, 1.5]  # kept with their own bits
+    keyed.insert(pa.table({"f": stored, "n": range(6)}, schema=schema))
+    found = keyed.counts(["f"], pa.table({"f": [-0.0, math.nan, 2.5]}), upto=9)
+    f, n = found.column("f").to_pylist(), found.column("count").to_pylist()
+    counts = {("nan" if math.isnan(v) else v): c for v, c in zip(f, n, strict=True)}
+    assert counts == {0.0: 3, "nan": 2}
+    assert math.copysign(1.0, found.column("f").to_pylist()[0] or 1.0) == 1.0  # 0.0, not -0.0
+    capped = keyed.counts(["f"], pa.table({"f": [0.0]}), upto=2)
+    assert 2 <= capped.column("count")[0].as_py() <= 3  # each zero's count is capped apart
+
+
 def test_scan_reads_every_row_in_bounded_chunks(table: KeyedTable) -> None:
     parts = list(table.scan(batch_rows=4))
     assert [p.num_rows for p in parts] == [4, 2]
