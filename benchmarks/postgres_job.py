@@ -72,6 +72,12 @@ VIEWS = {
     "transactions": "SELECT COUNT(*) AS transactions, COALESCE(SUM(delta), 0) AS delta"
     " FROM pgbench_history",
 }
+# Views a run takes only when named by --views.
+MORE_VIEWS = {
+    # every branch with its history, those with none too: one key's rows grow all run
+    "history_by_branch": "SELECT b.bid, COUNT(h.id) AS transactions, SUM(h.delta) AS delta"
+    " FROM pgbench_branches b LEFT JOIN pgbench_history h ON h.bid = b.bid GROUP BY b.bid",
+}
 LAG_VIEW = "total"
 
 
@@ -377,13 +383,16 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=60, help="pgbench's run time")
     parser.add_argument("--rate", type=int, help="pgbench -R: a fixed rate (txn/s)")
     parser.add_argument("--clients", type=int, default=4)
-    parser.add_argument("--views", help=f"comma-separated subset of {','.join(VIEWS)}")
+    parser.add_argument(
+        "--views", help=f"comma-separated subset of {','.join([*VIEWS, *MORE_VIEWS])}"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.views:
         keep = {"transactions", LAG_VIEW, *args.views.split(",")}  # the run needs these two
         for name in [n for n in VIEWS if n not in keep]:
             del VIEWS[name]
+        VIEWS.update({n: sql for n, sql in MORE_VIEWS.items() if n in keep})
     result = run(args)
     if "lag" in result:
         print(table(result), flush=True)
