@@ -77,13 +77,17 @@ def held_job(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     assert held_ts > 0
     ViewJob(config, spark).run(once=True)
     status = job_status(config)
+    published = len(list((job_dir / "changelog" / f"region-{HELD}").iterdir()))
     publish(run, job_dir, hold=False)
+    behind = job_status(config)  # the rest of the region is in the log, not read yet
     ViewJob(config, spark).run(once=True)
     return {
         "config": config,
         "run": run,
         "status": status,
         "held_ts": held_ts,
+        "behind": behind,
+        "unread": len(list((job_dir / "changelog" / f"region-{HELD}").iterdir())) - published,
         "after": job_status(config),
     }
 
@@ -112,6 +116,25 @@ def test_status_names_the_region_holding_the_watermark(held_job: dict[str, Any])
     assert f"held back by: region {HELD} [" in text
     assert "lowest resolved ts" in text
     assert "unchanged since" in text
+
+
+def test_status_counts_the_segments_the_job_has_not_read(held_job: dict[str, Any]) -> None:
+    # The blocker is what the job read; a job behind its log said nothing of the rest
+    # (an outside check: "unchanged since ... 282 s ago" during a long catch-up).
+    def shown(status: JobStatus) -> str:
+        console = Console(record=True, width=160)
+        print_status(status, console)
+        return console.export_text()
+
+    assert held_job["status"].backlog.total == 0
+    assert "change log: every segment read" in shown(held_job["status"])
+    behind, unread = held_job["behind"], held_job["unread"]
+    assert unread > 1
+    assert behind.backlog.segments == {HELD: unread} and behind.backlog.bytes > 0
+    text = shown(behind)
+    assert f"change log: {unread} segments (" in text and "in 1 region not read yet" in text
+    assert f"its region has {unread} segments not read yet" in text
+    assert held_job["after"].backlog.total == 0
 
 
 def test_status_of_a_job_whose_first_batch_failed_points_at_the_run() -> None:

@@ -19,7 +19,7 @@ from deltamv import tso
 from deltamv.errors import DeltaMVError
 
 if TYPE_CHECKING:
-    from deltamv.check.status import SlotView
+    from deltamv.check.status import Backlog, SlotView
 
 __all__ = ["print_check_report", "print_slot", "print_status", "register_commands"]
 
@@ -194,10 +194,17 @@ def print_status(status: Any, console: Console | None = None) -> None:
         )
     if status.last_duration_ms is not None:
         out.print(f"last batch took {_ms(status.last_duration_ms)}")
+    log = status.backlog
+    if log is not None:
+        out.print(f"change log: {_backlog(log)}", markup=False)
     b = status.blocker
     if b is not None:
         out.print(f"held back by: {b.describe()}", markup=False)
         out.print(f"  its resolved ts: {b.ts} ({_when(b.ts)})")
+        if log is not None and b.region is not None and log.segments.get(b.region):
+            n = log.segments[b.region]
+            out.print(f"  its region has {n} segment{'s' if n > 1 else ''} not read yet:"
+                      " the job is behind its log, which may resolve further")  # fmt: skip
         if b.resolved_since_ms is not None:
             out.print(
                 f"  unchanged since {_clock(b.resolved_since_ms)} "
@@ -208,6 +215,16 @@ def print_status(status: Any, console: Console | None = None) -> None:
                 f"  global watermark unchanged since {_clock(b.watermark_since_ms)} "
                 f"({_ms(now - b.watermark_since_ms)} ago)"
             )
+
+
+def _backlog(log: Backlog) -> str:
+    if log.error:
+        return f"cannot list it ({log.error})"
+    if not log.total:
+        return "every segment read"
+    regions = len(log.segments)
+    return (f"{log.total} segment{'s' if log.total > 1 else ''} ({_bytes(log.bytes)}) in"
+            f" {regions} region{'s' if regions > 1 else ''} not read yet")  # fmt: skip
 
 
 def _status_row(table: Table, v: Any, name: str, now: int) -> None:

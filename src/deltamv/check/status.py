@@ -9,6 +9,7 @@ stood still; per view, how it is maintained.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -21,7 +22,7 @@ from deltamv.errors import DeltaMVError
 from deltamv.pipeline.frontier import unread_ancestors
 from deltamv.state import ReadOnlyState, open_read_only
 
-__all__ = ["BlockerStatus", "JobStatus", "SlotView", "ViewStatus", "job_status"]
+__all__ = ["Backlog", "BlockerStatus", "JobStatus", "SlotView", "ViewStatus", "job_status"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,40 @@ class JobStatus:
     slot: SlotView | None = None  # a PostgreSQL job's replication slot
     copies: tuple[ViewStatus, ...] = ()  # the tables kept as Delta copies (tables.X.path)
     bootstrapped: bool = False  # the snapshot (or the empty start) is loaded
+    backlog: Backlog | None = None  # a change-log job's segments not read yet
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """A change-log job's segments not read yet: those after the highest seq the job read
+    in each region, as the directory lists them now."""
+
+    segments: dict[int, int]  # region -> segments not read yet (regions with some)
+    bytes: int
+    error: str | None = None  # the change log could not be listed
+
+    @property
+    def total(self) -> int:
+        return sum(self.segments.values())
+
+
+def _backlog(config: JobConfig, state: ReadOnlyState) -> Backlog:
+    from deltamv.changelog.segments import region_dirs, scan_region
+
+    read = state.read_up_to()
+    segments: dict[int, int] = {}
+    size = 0
+    try:
+        for region, folder in region_dirs(config.changelog).items():
+            found = scan_region(region, folder, after=read.get(region, -1)).segments
+            if found:
+                segments[region] = len(found)
+            for segment in found:
+                with contextlib.suppress(FileNotFoundError):
+                    size += os.stat(segment.path).st_size
+    except DeltaMVError as exc:
+        return Backlog({}, 0, error=str(exc))
+    return Backlog(segments, size)
 
 
 @dataclass(frozen=True)
@@ -166,6 +201,7 @@ def job_status(config: JobConfig, *, now_ms: int | None = None) -> JobStatus:
             slot=_slot_view(config, progress.watermark, now) if postgres else None,
             copies=copies,
             bootstrapped=progress.bootstrapped,
+            backlog=None if postgres else _backlog(config, state),
         )
     finally:
         state.close()

@@ -214,6 +214,11 @@ class _Reader:
     def job(self) -> str:
         return self._meta("job") or ""
 
+    def read_up_to(self) -> dict[int, int]:
+        """Per region, the highest segment seq the job has read."""
+        rows = self.db.execute("SELECT region, MAX(seq) FROM segments GROUP BY region")
+        return {int(region): int(seq) for region, seq in rows}
+
     @property
     def start_ts(self) -> int:
         return int(self._meta("start_ts") or 0)
