@@ -364,3 +364,26 @@ def test_whether_a_key_has_partners_is_read_from_the_index_not_from_the_partners
         assert spark_check(spark, run, SHAPES) == 6
     finally:
         run.close()
+
+
+def test_a_filtered_side_is_read_once_for_whether_a_key_has_matches_before_and_after(
+    spark: SparkSession, planned: Planned, compute: Compute, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # EXISTS (... t.dst = a.id AND t.amount > 10): the filter is not implied by the key's
+    # match, so the index cannot answer; the rows before the batch are read once and
+    # the state after is those plus the batch's change (it read them before and after).
+    run = Run(planned, ["semi_exists"], compute)
+    (scan,) = [o for o in run.views["semi_exists"].ops()
+               if isinstance(o, ScanOp) and o.table == "transfers"]  # fmt: skip
+    reads = _count_reads(monkeypatch, scan)
+    try:
+        run.load({"accounts": [_account(1), _account(2)],
+                  "transfers": [_transfer(i, dst=1, amount=20) for i in (10, 11, 12)]})  # fmt: skip
+        run.step([("transfers", 13, _transfer(13, dst=1, amount=30))])
+        assert reads == [3]
+        run.step([("transfers", i, None) for i in (10, 11, 12, 13)])  # account 1's last
+        assert run.outputs["semi_exists"] == Counter()
+        assert reads == [3, 4]
+        assert spark_check(spark, run, SHAPES) == 3
+    finally:
+        run.close()

@@ -206,19 +206,6 @@ def _sums(b: Batch, keys: pa.Table, rows: pa.Table | None, column: str, cols: Se
     return b.compute.query(query, k=_indexed(keys), r=rows).column("n").combine_chunks()
 
 
-def _has(b: Batch, keys: pa.Table, rows: pa.Table, cols: Sequence[str],
-         null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
-    """For each row of ``keys``, whether a row of ``rows`` has it in ``cols``."""
-    if keys.num_rows == 0 or rows.num_rows == 0:
-        return pa.array(np.zeros(keys.num_rows, dtype=bool))
-    query = (f'SELECT k."{_I}" FROM k WHERE EXISTS (SELECT 1 FROM r WHERE'
-             f" {_matches(keys, cols, null_safe, 'r')})")  # fmt: skip
-    found = b.compute.query(query, k=_indexed(keys), r=rows).column(_I)
-    return pc.is_in(
-        pa.array(np.arange(keys.num_rows, dtype=np.int64)), value_set=found.combine_chunks()
-    )
-
-
 class Op(abc.ABC):
     """One operator of a maintained view (see the module doc)."""
 
@@ -240,13 +227,17 @@ class Op(abc.ABC):
         ``keys`` (columns named by the attrs). A bag: weights are multiplicities."""
         raise Unsupported("a lookup into this part of the plan")
 
-    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
-                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+    def presence(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table,
+                 null_safe: Sequence[bool]) -> tuple[pa.Array, pa.Array]:  # fmt: skip
         """For each row of ``keys`` (as for :meth:`lookup`), whether this operator's output
-        (old or new state) has a row whose ``attrs`` equal it. Here from the rows a lookup
-        finds; a scan answers from its index alone."""
-        rows = self.lookup(b, attrs, keys, new=new, null_safe=null_safe)
-        return _has(b, keys, rows, [a.col for a in attrs], null_safe)
+        has a row whose ``attrs`` equal it, before the batch and after. Here from the rows
+        a lookup finds before and this operator's change (the state after is the state
+        before plus the change); a scan answers from its index alone."""
+        cols = [a.col for a in attrs]
+        rows = self.lookup(b, attrs, keys, new=False, null_safe=null_safe)
+        old = _sums(b, keys, rows, W, cols, null_safe)
+        net = _sums(b, keys, self.delta(b), W, cols, null_safe)
+        return pc.greater(old, 0), pc.greater(pc.add(old, net), 0)
 
     def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
         """The change in batch ``b`` as ``(rows, relation)``: the rows of the nearest
@@ -340,20 +331,19 @@ class ScanOp(Op):
                               d=change, k=keys_c)  # fmt: skip
         return consolidate(b.compute, concat([rows, hit], self.output)) or empty(self.output)
 
-    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
-                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
-        """From the mirror's index and, for the new state, the batch's change: a key's
-        new count is its old one plus the change's weights of it. So the index is read
-        for at most one entry a key, or one more than the change takes from it."""
+    def presence(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table,
+                 null_safe: Sequence[bool]) -> tuple[pa.Array, pa.Array]:  # fmt: skip
+        """From the mirror's index and the batch's change: a key's new count is its old
+        one plus the change's weights of it. So the index is read for at most one entry
+        a key, or one more than the change takes from it."""
         names, cols = [a.name for a in attrs], [a.col for a in attrs]
-        change = self.delta(b) if new else None
-        net = _sums(b, keys, change, W, cols, null_safe)  # the change's weights a key
+        net = _sums(b, keys, self.delta(b), W, cols, null_safe)  # the change's weights a key
         upto = 1 + max(0, -(pc.min(net).as_py() or 0))
         stored = self.mirror.counts(names, keys.rename_columns(names),
                                     null_safe=list(null_safe), upto=upto)  # fmt: skip
         old = _sums(b, keys, stored.rename_columns([*cols, W]), W, cols, null_safe)
         # below ``upto`` a count is exact; from it on, more than the change can take
-        return pc.greater(pc.add(old, net), 0)
+        return pc.greater(old, 0), pc.greater(pc.add(old, net), 0)
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         raise Unsupported(f"a scan of the whole table {self.table}")
@@ -383,12 +373,12 @@ class FilterOp(Op):
             return rows
         return b.compute.query(f"SELECT * FROM d WHERE {self.cond}", d=rows)
 
-    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
-                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+    def presence(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table,
+                 null_safe: Sequence[bool]) -> tuple[pa.Array, pa.Array]:  # fmt: skip
         strict = {a.id for a, ns in zip(attrs, null_safe, strict=True) if not ns}
         if self.not_null is not None and self.not_null <= strict:  # a match implies it
-            return self.child.present(b, attrs, keys, new=new, null_safe=null_safe)
-        return super().present(b, attrs, keys, new=new, null_safe=null_safe)
+            return self.child.presence(b, attrs, keys, null_safe)
+        return super().presence(b, attrs, keys, null_safe)
 
     def delta(self, b: Batch) -> pa.Table | None:
         return self._apply(b, self.child.delta(b))
@@ -466,13 +456,13 @@ class ProjectOp(Op):
         rows = self.child.lookup(b, inner, renamed, new=new, null_safe=null_safe)
         return self._apply(b, rows) or empty(self.output)
 
-    def present(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
-                null_safe: Sequence[bool]) -> pa.Array:  # fmt: skip
+    def presence(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table,
+                 null_safe: Sequence[bool]) -> tuple[pa.Array, pa.Array]:  # fmt: skip
         inner = self._inner(attrs)  # a projection keeps every row: its child's answer
         if inner is None:
             raise Unsupported("a lookup by a computed column")
         renamed = keys.rename_columns([a.col for a in inner])
-        return self.child.present(b, inner, renamed, new=new, null_safe=null_safe)
+        return self.child.presence(b, inner, renamed, null_safe)
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         return self._apply(b, self.child.whole(b, new=new)) or empty(self.output)
@@ -698,7 +688,7 @@ class JoinOp(Op):
         unmatched, and only rows of the keys it touched. Without a condition beyond the
         keys, only the keys that gained their first partner or lost their last: all
         their rows move, and whether a key has partners, before and after, comes from
-        the other side's index (:meth:`Op.present`), not from its rows. With one, the
+        the other side's index (:meth:`Op.presence`), not from its rows. With one, the
         rows of every touched key and their partners are compared whole, before and
         after. A row of another key is matched before and after alike, so of those only
         the rows ``side``'s own change added or removed count, kept by their partners:
@@ -722,8 +712,8 @@ class JoinOp(Op):
         def lookup(op: Op, attrs: Sequence[Attr | None], keys: pa.Table, *, new: bool) -> pa.Table:
             return op.lookup(b, attrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
 
-        def present(keys: pa.Table, *, new: bool) -> pa.Array:
-            return other.present(b, other_attrs, keys, new=new, null_safe=self.null_safe)  # type: ignore[arg-type]
+        def presence(keys: pa.Table) -> tuple[pa.Array, pa.Array]:
+            return other.presence(b, other_attrs, keys, self.null_safe)  # type: ignore[arg-type]
 
         parts: list[pa.Table | None] = []
         touched = None
@@ -737,8 +727,7 @@ class JoinOp(Op):
                 after = kept(lookup(mine, mine_attrs, as_mine, new=True), new_o)
                 parts += [after, negate(before)]
             else:  # only whether a key has partners, before and after, from the index
-                had = present(touched, new=False)
-                has = present(touched, new=True)
+                had, has = presence(touched)
                 came = touched.filter(pc.and_(has, pc.invert(had)))
                 went = touched.filter(pc.and_(had, pc.invert(has)))
                 gained, lost = (went, came) if keep == "unmatched" else (came, went)
@@ -758,7 +747,7 @@ class JoinOp(Op):
                 if self.residual:
                     parts.append(kept(own, lookup(other, other_attrs, keys, new=True)))
                 else:
-                    partnered = keys.filter(present(keys, new=True))
+                    partnered = keys.filter(presence(keys)[1])
                     among = keep == "matched"
                     parts.append(self._with_keys(b, own, mine_keys, partnered, among=among))
         attrs = self.left.output if rows_left else self.right.output
