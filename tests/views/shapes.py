@@ -189,6 +189,10 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "SELECT a.id, t.id AS tid FROM accounts a JOIN transfers t ON t.amount > a.balance",
         "inner join without an equality between the two sides",
     ),
+    "not_in": (  # an outside check read "anti join without an equality" as wrong
+        "SELECT id FROM accounts WHERE id NOT IN (SELECT src FROM transfers)",
+        "NOT IN over values that may be NULL",
+    ),
     "sum_double": ("SELECT SUM(rate) AS s FROM accounts", "SUM of floating-point values"),
     "global_distinct_beside_max": (  # an outside check expected it incremental
         "SELECT COUNT(DISTINCT region) AS dr, COUNT(DISTINCT balance) AS db,"

@@ -540,6 +540,11 @@ def _conjuncts(e: Expr | None) -> list[Expr]:
     return [e]
 
 
+def _null_aware(e: Expr) -> bool:
+    """Spark's condition for ``x NOT IN (subquery)``: ``x = y OR isnull(x = y)``."""
+    return e.kind == "Or" and any(c.kind == "IsNull" for c in e.children)
+
+
 def _key_attr(e: Expr, side: Sequence[Attr]) -> Attr | None:
     """The side's attribute a join key expression is, if it is one."""
     inner = e
@@ -579,6 +584,11 @@ class JoinOp(Op):
             self.output = left.output + right.output
         self.small = left.small and right.small and kind == "inner"
         if not self.lkeys and not self.small:
+            if kind == "anti" and any(_null_aware(c) for c in residual):
+                raise Unsupported(
+                    "NOT IN over values that may be NULL (its NULL rule: one NULL in the"
+                    " subquery keeps no row; NOT EXISTS has no such rule and is incremental)"
+                )
             raise Unsupported(f"{kind} join without an equality between the two sides")
         if self.lkeys:
             self.lattrs = [_key_attr(k, left.output) for k in self.lkeys]
