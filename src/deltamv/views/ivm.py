@@ -322,13 +322,9 @@ class ScanOp(Op):
         change = self.delta(b)
         if change is None:
             return conform(rows, self.output)
-        keys_c = keys.rename_columns([a.col for a in attrs])
-        on = " AND ".join(
-            f'd."{a.col}" {"IS NOT DISTINCT FROM" if ns else "="} k."{a.col}"'
-            for a, ns in zip(attrs, null_safe, strict=True)
-        )
+        on = _matches(keys, [a.col for a in attrs], null_safe, "d")
         hit = b.compute.query(f"SELECT d.* FROM d WHERE EXISTS (SELECT 1 FROM k WHERE {on})",
-                              d=change, k=keys_c)  # fmt: skip
+                              d=change, k=keys)  # fmt: skip
         return consolidate(b.compute, concat([rows, hit], self.output)) or empty(self.output)
 
     def presence(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table,
