@@ -25,6 +25,13 @@ def _transfer(key: int, **values: Any) -> dict[str, Any]:
     return {"id": key, **dict.fromkeys(COLUMNS["transfers"]), **values}
 
 
+def _the(run: Run, view: str, kind: type, **where: Any) -> Any:
+    """The one operator of ``kind`` in ``view``'s plan (with the attribute values ``where``)."""
+    (op,) = [o for o in run.views[view].ops()
+             if isinstance(o, kind) and all(getattr(o, k) == v for k, v in where.items())]  # fmt: skip
+    return op
+
+
 def _count_reads(monkeypatch: pytest.MonkeyPatch, op: Any) -> list[int]:
     """The rows each of ``op``'s lookups returns, in order, from now on."""
     reads: list[int] = []
@@ -154,7 +161,7 @@ def test_a_kept_min_reads_its_group_only_when_no_row_holds_it_any_more(
     # group's rows (every touched group was read whole at every batch before).
     views = ["minmax"]
     run = Run(planned, views, compute)
-    (op,) = [o for o in run.views["minmax"].ops() if isinstance(o, AggregateOp)]
+    op = _the(run, "minmax", AggregateOp)
     reads = _count_reads(monkeypatch, op.child)
     try:
         run.load({"accounts": [_account(1, owner="a", balance=0), _account(2, owner="a", balance=0),
@@ -185,7 +192,7 @@ def test_a_global_min_reads_its_next_value_from_its_counts_in_order(
     views = {"low": "SELECT MIN(balance) AS mb, MIN(credit) AS mc, MAX(credit) AS xc"
                     " FROM accounts"}  # fmt: skip
     run = Run(Planned.of(spark, TABLES, views, tmp_path), ["low"], compute)
-    (op,) = [o for o in run.views["low"].ops() if isinstance(o, AggregateOp)]
+    op = _the(run, "low", AggregateOp)
     assert op.ordered and op.value_counts[1] is op.value_counts[2]  # MIN, MAX of credit
     limits: list[int] = []
     real = type(op.value_counts[1]).first
@@ -307,7 +314,7 @@ def test_a_changed_row_of_an_outer_joins_preserved_side_reads_no_other_row_of_it
     # each new one (an outside check: at 10M rows, 2M rows read for 5,000 changed).
     views = ["global_join_agg"]
     run = Run(planned, views, compute)
-    (join,) = [o for o in run.views["global_join_agg"].ops() if isinstance(o, JoinOp)]
+    join = _the(run, "global_join_agg", JoinOp)
     reads = _count_reads(monkeypatch, join.left)
     try:
         run.load({"accounts": [_account(1), _account(2)],
@@ -337,8 +344,7 @@ def test_whether_a_key_has_partners_is_read_from_the_index_not_from_the_partners
     # touched were read, before and after (an outside check: a branch's whole history
     # at each pgbench transaction).
     run = Run(planned, [view], compute)
-    (scan,) = [o for o in run.views[view].ops()
-               if isinstance(o, ScanOp) and o.table == "transfers"]  # fmt: skip
+    scan = _the(run, view, ScanOp, table="transfers")
     reads = _count_reads(monkeypatch, scan)  # rows of transfers, read from its mirror
     upto: list[int] = []
     real = scan.mirror.counts
@@ -373,8 +379,7 @@ def test_a_filtered_side_is_read_once_for_whether_a_key_has_matches_before_and_a
     # match, so the index cannot answer; the rows before the batch are read once and
     # the state after is those plus the batch's change (it read them before and after).
     run = Run(planned, ["semi_exists"], compute)
-    (scan,) = [o for o in run.views["semi_exists"].ops()
-               if isinstance(o, ScanOp) and o.table == "transfers"]  # fmt: skip
+    scan = _the(run, "semi_exists", ScanOp, table="transfers")
     reads = _count_reads(monkeypatch, scan)
     try:
         run.load({"accounts": [_account(1), _account(2)],
