@@ -323,9 +323,11 @@ def _apply_fates(
         kinds = rows.column("type")
         is_prewrite = pc.equal(kinds, ev.PREWRITE)
         every = rows.filter(is_prewrite)
-        prewrites = _first_per_key(compute, every)
-        if prewrites.num_rows != every.num_rows:  # retransmitted, or written twice
-            rewritten = _rewritten(compute, every, evs.filter(is_prewrite))
+        prewrites, repeated = _first_per_key(compute, every)
+        if repeated is not None:  # retransmitted, or written twice
+            rewritten = _rewritten(
+                compute, every.take(repeated), evs.filter(is_prewrite).take(repeated)
+            )
             if rewritten is not None:
                 raise _Rewritten(rewritten)
         fresh = prewrites.drop_columns(["type", "commit_ts"]).join(
@@ -397,18 +399,29 @@ def _rewritten(compute: Compute, prewrites: pa.Table, evs: pa.ChunkedArray) -> _
         " repeats the event as it was)"))  # fmt: skip
 
 
-def _first_per_key(compute: Compute, prewrites: pa.Table) -> pa.Table:
-    """One prewrite per (region, start_ts, key): a retransmission adds nothing."""
+def _first_per_key(compute: Compute, prewrites: pa.Table) -> tuple[pa.Table, np.ndarray | None]:
+    """One prewrite per (region, start_ts, key): a retransmission adds nothing. Also the
+    positions of every prewrite of a (region, start_ts, key) seen more than once (None
+    when there is none), for :func:`_rewritten` to compare."""
     if prewrites.num_rows < 2:
-        return prewrites
-    numbered = prewrites.append_column("_n", pa.array(np.arange(prewrites.num_rows)))
-    firsts = compute.query(
-        "SELECT min(_n) AS _n FROM p GROUP BY region, start_ts, key", p=numbered.select(
-            ["region", "start_ts", "key", "_n"])
-    )  # fmt: skip
-    if firsts.num_rows == prewrites.num_rows:
-        return prewrites
-    return prewrites.take(np.sort(firsts.column("_n").to_numpy()))
+        return prewrites, None
+    numbered = prewrites.select(["region", "start_ts", "key"]).append_column(
+        "_n", pa.array(np.arange(prewrites.num_rows))
+    )
+    groups = compute.query(
+        "SELECT min(_n) AS _n, count(*) AS _c FROM p GROUP BY region, start_ts, key", p=numbered
+    )
+    if groups.num_rows == prewrites.num_rows:
+        return prewrites, None
+    firsts = prewrites.take(np.sort(groups.column("_n").to_numpy()))
+    # the rows of the few groups repeated, found by a join against those groups alone
+    twice = groups.filter(pc.greater(groups.column("_c"), 1)).column("_n")
+    repeated = compute.query(
+        "SELECT p._n FROM p SEMI JOIN r USING (region, start_ts, key) ORDER BY p._n",
+        p=numbered,
+        r=numbered.take(twice).select(["region", "start_ts", "key"]),
+    )
+    return firsts, repeated.column("_n").to_numpy()
 
 
 def _renamed(table: pa.Table, old: str, new: str) -> pa.Table:
