@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DELTA_JARS := $(VENV)/delta-jars
+CLASSES := $(VENV)/.class-archive
 export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON ?= $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON ?= $(abspath $(PY))
@@ -31,7 +32,13 @@ postgres:  ## make sure PostgreSQL server binaries exist (installs postgresql-15
 $(DELTA_JARS)/.fetched: $(STAMP) scripts/fetch-delta-jars.sh
 	@bash scripts/fetch-delta-jars.sh $(DELTA_JARS) $(PY)
 
-setup: java postgres $(STAMP) $(DELTA_JARS)/.fetched  ## create .venv, install deltamv and its test tools, fetch the Delta jars
+# Spark's driver classes, archived once for a faster start (src/deltamv/class_archive.py);
+# when that fails, one line says so and Spark starts without it.
+$(CLASSES): $(STAMP) $(DELTA_JARS)/.fetched
+	@$(PY) -m deltamv.class_archive $(VENV)/spark-classes.jsa
+	@touch $@
+
+setup: java postgres $(STAMP) $(DELTA_JARS)/.fetched $(CLASSES)  ## create .venv, install deltamv and its test tools, fetch the Delta jars, archive Spark's classes
 
 test: setup  ## run the default test suite (about 20 minutes on 2 cores)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)

@@ -30,7 +30,9 @@ def test_user_java_options_keep_deltamvs_logging_config() -> None:
 
 def test_a_users_own_logging_config_wins() -> None:
     mine = "-Dlog4j2.configurationFile=file:/etc/mine.properties -Xss4m"
-    assert _driver_java_options(mine) == mine
+    options = _driver_java_options(mine)
+    assert options.endswith(mine)
+    assert "deltamv/log4j2.properties" not in options
 
 
 def test_the_session_factory_passes_the_logging_config_to_the_driver(spark: Any) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
+from deltamv import class_archive
 from deltamv.config import ANSI, TIME_ZONE, JobConfig, is_utc
 from deltamv.delta import spark as delta_spark
 from deltamv.errors import DeltaMVError
@@ -217,12 +218,15 @@ def write_error_line(line: str) -> None:
 
 
 def _driver_java_options(given: str) -> str:
-    """The driver JVM's options: deltamv's logging config, then the user's own options
-    (a user's ``-Dlog4j2.configurationFile`` wins)."""
-    if "log4j2.configurationFile" in given:
-        return given
-    log_config = Path(__file__).with_name("log4j2.properties")
-    return f"-Dlog4j2.configurationFile=file:{log_config} {given}".strip()
+    """The driver JVM's options: deltamv's logging config and the set-up's class archive
+    (:mod:`deltamv.class_archive`), then the user's own options (a user's
+    ``-Dlog4j2.configurationFile``, or options about class-data sharing, win)."""
+    ours = [class_archive.java_options(given)]
+    if "log4j2.configurationFile" not in given:
+        ours.insert(
+            0, f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}"
+        )
+    return " ".join(o for o in [*ours, given] if o).strip()
 
 
 @contextlib.contextmanager

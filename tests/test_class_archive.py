@@ -1,0 +1,75 @@
+"""The class archive of Spark's driver JVM (``deltamv.class_archive``): used only whole,
+never over the user's own options, and by the JVMs deltamv starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from deltamv import class_archive
+from deltamv.class_archive import ENV, java_options
+from deltamv.session import _driver_java_options
+
+
+@pytest.fixture
+def archive(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "spark-classes.jsa"
+    path.write_bytes(b"\0" * 4096)
+    path.with_name(path.name + ".size").write_text("4096")
+    monkeypatch.setenv(ENV, str(path))
+    return path
+
+
+def test_a_whole_archive_is_given_to_the_driver_jvm_with_its_lines_quiet(archive: Path) -> None:
+    options = java_options("")
+    assert options.split() == [f"-XX:SharedArchiveFile={archive}", "-Xlog:cds=off,cds+dynamic=off"]
+    # after deltamv's logging config, before the user's own options
+    given = _driver_java_options("-Xss4m").split()
+    assert given[0].startswith("-Dlog4j2.configurationFile=file:")
+    assert given[1:] == [*options.split(), "-Xss4m"]
+
+
+def test_an_archive_cut_short_or_not_proven_is_not_used(archive: Path) -> None:
+    # the JVM would crash mapping a file shorter than its header says
+    archive.write_bytes(b"\0" * 1000)
+    assert java_options("") == ""
+    archive.with_name(archive.name + ".size").unlink()  # built, but never proven
+    archive.write_bytes(b"\0" * 4096)
+    assert java_options("") == ""
+
+
+def test_no_archive_or_switched_off_gives_no_option(
+    archive: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    archive.unlink()
+    assert java_options("") == ""
+    assert "SharedArchiveFile" not in _driver_java_options("")
+    monkeypatch.setenv(ENV, "0")
+    assert class_archive.archive_path() is None
+    assert java_options("") == ""
+
+
+@pytest.mark.parametrize(
+    "users", ["-Xshare:off", "-XX:SharedArchiveFile=/opt/mine.jsa", "-XX:ArchiveClassesAtExit=x"]
+)
+def test_the_users_own_class_sharing_options_win(archive: Path, users: str) -> None:
+    assert java_options(users) == ""
+    assert _driver_java_options(users).endswith(users)
+
+
+def test_the_venvs_archive_is_mapped_by_the_sessions_jvm(spark: Any) -> None:
+    """``make setup`` built the archive (its one line says so when it could not): the
+    session's driver JVM started with it and maps it."""
+    path = class_archive.archive_path()
+    if path is None or not java_options(""):
+        pytest.skip("no class archive was built for this environment (make setup says why)")
+    options = spark.sparkContext.getConf().get("spark.driver.extraJavaOptions")
+    assert f"-XX:SharedArchiveFile={path}" in options
+    jvm = spark.sparkContext._jvm
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(
+        jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    )
+    assert bean.getVMOption("SharedArchiveFile").getValue() == str(path)
+    assert bean.getVMOption("UseSharedSpaces").getValue() == "true"
