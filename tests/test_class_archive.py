@@ -3,6 +3,9 @@ never over the user's own options, and by the JVMs deltamv starts."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +76,21 @@ def test_the_venvs_archive_is_mapped_by_the_sessions_jvm(spark: Any) -> None:
     )
     assert bean.getVMOption("SharedArchiveFile").getValue() == str(path)
     assert bean.getVMOption("UseSharedSpaces").getValue() == "true"
+
+
+def test_a_build_that_fails_says_why_in_one_line_and_leaves_no_archive(tmp_path: Path) -> None:
+    """The set-up goes on without the archive (Spark then starts as before)."""
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    env["JAVA_HOME"] = str(tmp_path / "no-java")  # the JVM cannot start
+    target = tmp_path / "archive" / "spark-classes.jsa"
+    done = subprocess.run(
+        [sys.executable, "-m", "deltamv.class_archive", str(target)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1, done.stdout
+    assert done.stdout.startswith("deltamv: the Spark class archive was not built (the run"
+                                  " that writes it failed: DeltaMVError: Spark's driver did not"
+                                  " start"), done.stdout  # fmt: skip
+    assert done.stdout.rstrip().endswith("Spark starts without it"), done.stdout
+    assert list(target.parent.iterdir()) == []

@@ -158,11 +158,12 @@ def _exit_jvm(spark: object) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[:1] == ["--train"]:
-        _train(argv[1], argv[2])
-        return 0
-    if argv[:1] == ["--prove"]:
-        _prove(argv[1])
+    if argv[:1] in (["--train"], ["--prove"]):  # (a step of build, in a process of its own)
+        try:
+            _train(argv[1], argv[2]) if argv[0] == "--train" else _prove(argv[1])
+        except Exception as exc:  # its last line is the reason build gives
+            print(f"{type(exc).__name__}: {exc}".splitlines()[0], file=sys.stderr)
+            return 1
         return 0
     path = Path(argv[0]) if argv else archive_path()
     if path is None:
