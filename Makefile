@@ -40,7 +40,7 @@ $(CLASSES): $(STAMP) $(DELTA_JARS)/.fetched
 
 setup: java postgres $(STAMP) $(DELTA_JARS)/.fetched $(CLASSES)  ## create .venv, install deltamv and its test tools, fetch the Delta jars, archive Spark's classes
 
-test: setup  ## run the default test suite (about 20 minutes on 2 cores)
+test: setup  ## run the default test suite (about 15 minutes on 2 cores)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-slow: setup  ## also run the slow tests (local-cluster, 2M-row transaction)
