@@ -284,13 +284,28 @@ def _freshness(fr: dict[str, Any], goals: list[tuple[str, str, str]]) -> list[st
             f"{r.get('load_end')} |"
         )
     lines.append("")
-    one_second = [(n, r) for n, r in _live_runs(fr) if r["trigger"] == "1 second"]
-    if one_second:
+    # Issue 13's goals: the lag's p99 at most 2 s with a 1-second trigger at 200 and 2,000
+    # txn/s; large transactions not raising it in min-commit-ts mode. (In start-ts mode
+    # the upstream's own watermark waits for a large transaction's prewrite, 1 s here: no
+    # reader of any pipeline sees fresher; shown above, not a goal.)
+    steady = [(n, r) for n, r in _live_runs(fr) if r["trigger"] == "1 second"
+              and any(r is s for s in fr.get("steady", []))]  # fmt: skip
+    if steady:
         goals.append((
-            f"lag p99 <= {GOAL_LAG_P99_MS / 1000:.0f} s, 1-second trigger (200 and 2,000 txn/s, "
-            "large txns)",
-            ", ".join(f"{n}: {r.get('reader_p99_ms')} ms" for n, r in one_second),
-            _met(all((r.get("reader_p99_ms") or 1e9) <= GOAL_LAG_P99_MS for _, r in one_second)),
+            f"lag p99 <= {GOAL_LAG_P99_MS / 1000:.0f} s, 1-second trigger, 200 and 2,000 txn/s",
+            ", ".join(f"{n}: {r.get('reader_p99_ms')} ms" for n, r in steady),
+            _met(all((r.get("reader_p99_ms") or 1e9) <= GOAL_LAG_P99_MS for _, r in steady)),
+        ))  # fmt: skip
+    base = next((r for _, r in steady if r["rate"] == 200), None)
+    large = next((r for r in fr.get("large_txn_modes", [])
+                  if r["watermark_mode"] == "min-commit-ts" and r.get("versions")), None)  # fmt: skip
+    if base and large and base.get("reader_p99_ms") and large.get("reader_p99_ms"):
+        p99, steady_p99 = large["reader_p99_ms"], base["reader_p99_ms"]
+        goals.append((
+            "large transactions do not raise the lag in min-commit-ts mode (p99 <= 2 s and"
+            " within 10% of the steady run at the same rate)",
+            f"{p99} ms with large txns against {steady_p99} ms steady (200 txn/s)",
+            _met(p99 <= GOAL_LAG_P99_MS and p99 <= 1.1 * steady_p99),
         ))  # fmt: skip
     return lines
 
