@@ -12,7 +12,8 @@ ACCOUNTS = (
     " opened DATE, seen TIMESTAMP, active BOOLEAN, rate DOUBLE"
 )
 TRANSFERS = (
-    "id BIGINT, src BIGINT, dst BIGINT, owner STRING, amount BIGINT, fee DECIMAL(12,3), day DATE"
+    "id BIGINT, src BIGINT, dst BIGINT, owner STRING, amount BIGINT, fee DECIMAL(12,3), day DATE,"
+    " rate DOUBLE"
 )
 TABLES = {"accounts": (ACCOUNTS, ("id",)), "transfers": (TRANSFERS, ("id",))}
 
@@ -151,6 +152,13 @@ SHAPES: dict[str, str] = {
     " WHERE t.dst = a.id AND t.amount > 10)",
     "anti_exists": "SELECT a.id, a.balance FROM accounts a WHERE NOT EXISTS"
     " (SELECT 1 FROM transfers t WHERE t.src = a.id)",
+    # a floating-point key in outer, semi and anti joins: whether a key has partners is
+    # counted from the index, where -0.0 and 0.0 (and NaNs) are stored apart
+    "float_left_join": "SELECT a.id, t.id AS tid FROM accounts a LEFT JOIN transfers t"
+    " ON t.rate = a.rate",
+    "float_semi": "SELECT a.id, a.rate FROM accounts a WHERE a.rate IN (SELECT rate FROM transfers)",
+    "float_anti": "SELECT a.id FROM accounts a WHERE NOT EXISTS"
+    " (SELECT 1 FROM transfers t WHERE t.rate = a.rate)",
     # correlated scalar subqueries (a left join with an aggregate)
     "scalar_count": "SELECT id, owner, (SELECT COUNT(*) FROM transfers t WHERE t.src = a.id)"
     " AS n FROM accounts a",

@@ -43,7 +43,7 @@ COLUMNS: dict[str, dict[str, list[Any]]] = {
     "accounts": {"owner": OWNERS, "region": REGION, "balance": SMALL, "credit": CREDIT,
                  "opened": DATE, "seen": TS, "active": BOOL, "rate": RATE},
     "transfers": {"src": REFS, "dst": REFS, "owner": OWNERS, "amount": SMALL, "fee": FEE,
-                  "day": DATE},
+                  "day": DATE, "rate": RATE},
 }  # fmt: skip
 
 
