@@ -288,8 +288,8 @@ def _freshness(fr: dict[str, Any], goals: list[tuple[str, str, str]]) -> list[st
     # txn/s; large transactions not raising it in min-commit-ts mode. (In start-ts mode
     # the upstream's own watermark waits for a large transaction's prewrite, 1 s here: no
     # reader of any pipeline sees fresher; shown above, not a goal.)
-    steady = [(n, r) for n, r in _live_runs(fr) if r["trigger"] == "1 second"
-              and any(r is s for s in fr.get("steady", []))]  # fmt: skip
+    steady = [(n, r) for n, r in _live_runs({"steady": fr.get("steady", [])})
+              if r["trigger"] == "1 second"]  # fmt: skip
     if steady:
         goals.append((
             f"lag p99 <= {GOAL_LAG_P99_MS / 1000:.0f} s, 1-second trigger, 200 and 2,000 txn/s",

@@ -20,6 +20,7 @@ proven, and a start uses it only when its size is the one recorded then.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,23 +72,11 @@ def build(path: Path) -> None:
         _run(["--prove", str(made)], "a start with it")
         size = made.stat().st_size
         part = path.with_name(f".{path.name}.{os.getpid()}")
-        os.replace(made, part) if _same_device(made, path) else _copy(made, part)
+        shutil.move(made, part)  # (a copy when the scratch is on another device)
         stamp = path.with_name(path.name + _SIZE)
         stamp.unlink(missing_ok=True)  # (no start takes the archive while it is replaced)
         os.replace(part, path)
         stamp.write_text(str(size))
-
-
-def _same_device(a: Path, b: Path) -> bool:
-    return a.stat().st_dev == b.parent.stat().st_dev
-
-
-def _copy(source: Path, target: Path) -> None:
-    with open(source, "rb") as src, open(target, "wb") as dst:
-        while chunk := src.read(1 << 24):
-            dst.write(chunk)
-        dst.flush()
-        os.fsync(dst.fileno())
 
 
 def _run(args: list[str], what: str) -> None:

@@ -221,12 +221,11 @@ def _driver_java_options(given: str) -> str:
     """The driver JVM's options: deltamv's logging config and the set-up's class archive
     (:mod:`deltamv.class_archive`), then the user's own options (a user's
     ``-Dlog4j2.configurationFile``, or options about class-data sharing, win)."""
-    ours = [class_archive.java_options(given)]
-    if "log4j2.configurationFile" not in given:
-        ours.insert(
-            0, f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2.properties')}"
-        )
-    return " ".join(o for o in [*ours, given] if o).strip()
+    log_config = Path(__file__).with_name("log4j2.properties")
+    logging_options = "" if "log4j2.configurationFile" in given else (
+        f"-Dlog4j2.configurationFile=file:{log_config}"
+    )  # fmt: skip
+    return " ".join(o for o in (logging_options, class_archive.java_options(given), given) if o)
 
 
 @contextlib.contextmanager
