@@ -116,7 +116,7 @@ def result_type(e: Expr) -> Any:
         return result_type(e.children[1])
     if kind in ("Coalesce", "Greatest", "Least"):
         return result_type(e.children[0])
-    if kind == "Concat":
+    if kind in ("Concat", "Substring", "StringReplace", *_TRIMS):
         return "string"
     if kind == "Length":
         return "integer"
@@ -134,6 +134,10 @@ _BOOLEAN_KINDS = {
     "GreaterThanOrEqual", "And", "Or", "Not", "IsNull", "IsNotNull", "In", "InSet",
     "StartsWith", "EndsWith", "Contains", "Like", "IsNaN",
 }  # fmt: skip
+
+# Spark's trims take off spaces (U+0020) only, or each character of the set given;
+# DuckDB's, given the set, the same.
+_TRIMS = {"StringTrim": "trim", "StringTrimLeft": "ltrim", "StringTrimRight": "rtrim"}
 
 _COMPARE = {
     "EqualTo": "=",
@@ -234,6 +238,19 @@ def _divided(dividend: str, op: str, divisor: str, duck: str) -> str:
     mode does."""
     return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
             f" ELSE CAST({dividend} {op} {divisor} AS {duck}) END)")  # fmt: skip
+
+
+def _substring(text: str, pos: str, length: str) -> str:
+    """Spark's ``substring(text, pos, length)`` (UTF8String.substringSQL), in code points as
+    DuckDB's ``substring`` counts: a position above 0 counts from 1, one below 0 from the
+    end, 0 is the first; the part before the start of the string is cut off the length.
+    DuckDB's ``greatest`` passes over NULLs: a NULL argument gives NULL first."""
+    start = (f"(CASE WHEN {pos} > 0 THEN CAST({pos} AS BIGINT) - 1"
+             f" WHEN {pos} < 0 THEN length({text}) + {pos} ELSE 0 END)")  # fmt: skip
+    first = f"greatest({start}, 0)"
+    return (f"(CASE WHEN {text} IS NULL OR {pos} IS NULL OR {length} IS NULL THEN NULL"
+            f" ELSE substring({text}, {first} + 1,"
+            f" greatest({start} + CAST({length} AS BIGINT) - {first}, 0)) END)")  # fmt: skip
 
 
 def sql(e: Expr, col: Callable[[int], str]) -> str:
@@ -347,6 +364,15 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if result_type(kids[0]) != "string":
             raise Unsupported("length of non-string values")
         return f"CAST(length({sub(0)}) AS INTEGER)"
+    if kind in ("Substring", "StringReplace", *_TRIMS):
+        if result_type(kids[0]) != "string":
+            raise Unsupported(f"{kind} of non-string values")
+        if kind == "Substring":  # (str, pos, len); left() and right() arrive as it
+            return _substring(sub(0), sub(1), sub(2))
+        if kind == "StringReplace":  # (str, search, replace): every occurrence, left to right
+            return f"replace({sub(0)}, {sub(1)}, {sub(2)})"
+        chars = sub(1) if len(kids) > 1 else "' '"
+        return f"{_TRIMS[kind]}({sub(0)}, {chars})"
     if kind == "Like":
         # Spark's plan does not carry LIKE's escape character (ESCAPE '!' or the default
         # backslash): the patterns it simplifies (prefix%, %suffix, %infix%) arrive as
@@ -373,7 +399,7 @@ _TOTAL = {
     "KnownFloatingPointNormalized", "NormalizeNaNAndZero", "EqualNullSafe", "And", "Or",
     "Not", "IsNull", "IsNotNull", "IsNaN", "In", "InSet", "If", "CaseWhen", "Coalesce",
     "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE, *_DATE_PARTS,
-    "TruncTimestamp", "TruncDate", "DateDiff",
+    "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "StringReplace", *_TRIMS,
 }  # fmt: skip
 _LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
 
