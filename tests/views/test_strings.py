@@ -1,11 +1,14 @@
-"""Parts of strings (``substring``, ``left``, ``right``, the trims, ``replace``), kept
-incrementally through their DuckDB translation: checked against Spark at every version
-over strings at the edges (empty, spaces and tabs, characters of several bytes, a
-combining accent, an emoji) and positions at theirs (0, negative, beyond the end, the
-largest INT, NULL)."""
+"""Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
+``concat_ws``, ``instr``, ``translate``) and of numbers (``round``, ``bround``, ``floor``,
+``ceil``, ``greatest``, ``least``), kept incrementally through their DuckDB translation:
+checked against Spark at every version over strings at the edges (empty, spaces and
+tabs, characters of several bytes, a combining accent, an emoji), positions at theirs (0,
+negative, beyond the end, the largest INT, NULL) and decimals at the halves."""
 
 from __future__ import annotations
 
+import datetime as dt
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,16 @@ VIEWS = {
     " trim(TRAILING '😀' FROM owner) AS tt, replace(owner, 'a', 'ß') AS ra,"
     " replace(owner, ' ') AS rs, replace(owner, 'aa', '') AS rr,"
     " replace(owner, '', 'z') AS re FROM accounts",
+    "more_strings": "SELECT id, concat_ws('-', owner, 'x', owner) AS cw,"
+    " concat_ws(owner, 'a', CAST(NULL AS STRING), 'b') AS cs, instr(owner, 'a') AS i, ascii(owner) AS a,"
+    " octet_length(owner) AS o, translate(owner, 'aé ', 'Ab') AS tr,"
+    " greatest(owner, 'b') AS gs, least(owner, 'aaa', NULL) AS ls FROM accounts",
+    "numbers": "SELECT id, round(credit, 1) AS r1, round(credit) AS r0, round(credit, -1) AS rn,"
+    " round(credit, 3) AS r3, bround(credit, 1) AS b1, bround(credit, -1) AS bn,"
+    " floor(credit) AS f, ceil(credit) AS c, floor(CAST(credit AS DECIMAL(10,0))) AS f0,"
+    " round(balance, 2) AS rb, floor(balance) AS fb, ceil(region) AS cr,"
+    " greatest(balance, region, 3) AS g, least(credit, 1.5) AS lc,"
+    " least(opened, DATE '2024-01-01') AS ld, floor(rate) AS fr, ceil(rate) AS cf FROM accounts",
     # a computed group key and a filter over them
     "by_prefix": "SELECT left(trim(owner), 1) AS p, COUNT(*) AS n, SUM(balance) AS s"
     " FROM accounts WHERE substring(owner, 1, 1) <> 'z' OR owner IS NULL GROUP BY 1",
@@ -37,12 +50,21 @@ OWNERS = [
     "", " ", "  a b  ", "\ta\t", "abc", "aaa", "xxéx é", "Straße", "e\u0301te", "😀a😀",
     "日本語テキスト", "zed", "ab", None,
 ]  # fmt: skip
+CREDITS = [
+    Decimal(c) if c else None
+    for c in ("1.25", "-1.25", "1.35", "-2.45", "0.05", "-0.05", "99999999.99", "15.00", "0.00", "")
+]
+RATES = [None, 1.5, -1.5, -0.0, 2.0, 1e300, -1e300, float("nan"), float("inf"), float("-inf"),
+         9.2e18, -0.5]  # fmt: skip
+OPENED = [dt.date(2024, 1, 2), dt.date(2023, 12, 31), None]
 REGIONS = [None, 0, 1, 2, 3, -1, -4, 5, 2147483647, -2147483640]  # (- and -2 stay in range)
 
 
 def _account(key: int, owner: Any, region: Any, balance: int | None = 1) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(("credit", "opened", "seen", "active", "rate"))
-    return {**row, "id": key, "owner": owner, "region": region, "balance": balance}
+    row: dict[str, Any] = dict.fromkeys(("seen", "active"))
+    credit, opened = CREDITS[key % len(CREDITS)], OPENED[key % len(OPENED)]
+    return {**row, "id": key, "owner": owner, "region": region, "balance": balance,
+            "credit": credit, "opened": opened, "rate": RATES[key % len(RATES)]}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

@@ -116,10 +116,12 @@ def result_type(e: Expr) -> Any:
         return result_type(e.children[1])
     if kind in ("Coalesce", "Greatest", "Least"):
         return result_type(e.children[0])
-    if kind in ("Concat", "Substring", "StringReplace", *_TRIMS):
+    if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate", *_TRIMS):
         return "string"
-    if kind == "Length":
+    if kind in ("Length", "StringInstr", "Ascii", "OctetLength"):
         return "integer"
+    if kind in ("Round", "BRound", "Floor", "Ceil"):
+        return _rounded_type(e)
     if kind == "DateAdd" or kind == "DateSub" or kind == "TruncDate":
         return "date"
     if kind in _DATE_PARTS or kind == "DateDiff":
@@ -238,6 +240,38 @@ def _divided(dividend: str, op: str, divisor: str, duck: str) -> str:
     mode does."""
     return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
             f" ELSE CAST({dividend} {op} {divisor} AS {duck}) END)")  # fmt: skip
+
+
+def _rounded_type(e: Expr) -> Any:
+    """Spark's type of ``round``/``bround`` (to a constant scale), ``floor`` and ``ceil``
+    of a decimal or an integer (RoundBase, Floor, Ceil): one more integral digit, for the
+    carry. Where that passes 38 digits Spark risks an overflow; such a view is recomputed."""
+    source = result_type(e.children[0])
+    dec = decimal_of(source)
+    if e.kind in ("Floor", "Ceil"):
+        if source in ("long", "double"):
+            return "long"
+        if dec is None:
+            raise Unsupported(f"{e.kind.lower()} of {source} values")
+        precision, scale = dec[0] - dec[1] + 1, 0
+    else:
+        places = e.children[1]
+        if places.kind != "Literal" or places.fields.get("value") is None:
+            raise Unsupported(f"{e.kind.lower()} to a scale that is not a constant")
+        to = int(places.fields["value"])
+        if source in _INTEGRAL and to >= 0:
+            return source  # (its value too)
+        if dec is None:
+            raise Unsupported(f"{e.kind.lower()} of {source} values to scale {to}")
+        digits = dec[0] - dec[1] + 1
+        if to < 0:
+            precision, scale = max(digits, 1 - to), 0
+        else:
+            scale = min(dec[1], to)
+            precision = digits + scale
+    if precision > 38:
+        raise Unsupported(f"{e.kind.lower()} of {source}: Spark may overflow decimal(38)")
+    return f"decimal({precision},{scale})"
 
 
 def _substring(text: str, pos: str, length: str) -> str:
@@ -373,6 +407,41 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
             return f"replace({sub(0)}, {sub(1)}, {sub(2)})"
         chars = sub(1) if len(kids) > 1 else "' '"
         return f"{_TRIMS[kind]}({sub(0)}, {chars})"
+    if kind in ("Greatest", "Least"):  # both pass over NULLs
+        if any(result_type(k) in _FRACTIONAL for k in kids):
+            raise Unsupported(f"{kind.lower()} of floating-point values")
+        for k in kids:
+            _check_comparable(k)
+        return f"{kind.lower()}({', '.join(sql(k, col) for k in kids)})"
+    if kind in ("Round", "BRound", "Floor", "Ceil"):
+        t = result_type(e)
+        if result_type(kids[0]) in _INTEGRAL:
+            return sub(0)  # (rounded to a scale of 0 or more)
+        if kind in ("Floor", "Ceil") and result_type(kids[0]) == "double":
+            # Java's (long) of the double: NaN is 0, beyond BIGINT its bound
+            x = f"{kind.lower()}({sub(0)})"
+            return (f"(CASE WHEN isnan({x}) THEN CAST(0 AS BIGINT)"
+                    f" WHEN {x} >= 9223372036854775807 THEN CAST(9223372036854775807 AS BIGINT)"
+                    f" WHEN {x} <= -9223372036854775808 THEN CAST(-9223372036854775808 AS BIGINT)"
+                    f" ELSE CAST({x} AS BIGINT) END)")  # fmt: skip
+        if kind in ("Floor", "Ceil"):
+            return f"CAST({kind.lower()}({sub(0)}) AS {duck_type(t)})"
+        # half up (away from zero) for round, to the even neighbour for bround
+        function = "round" if kind == "Round" else "round_even"
+        places = int(kids[1].fields["value"])
+        return f"CAST({function}({sub(0)}, {places}) AS {duck_type(t)})"
+    if kind in ("ConcatWs", "StringInstr", "Ascii", "OctetLength", "StringTranslate"):
+        if any(result_type(k) != "string" for k in kids):
+            raise Unsupported(f"{kind} of non-string values")
+        if kind == "ConcatWs":  # (separator, values...): NULL values left out
+            return f"concat_ws({', '.join(sql(k, col) for k in kids)})"
+        if kind == "StringInstr":  # the first occurrence's position in characters, 0 if none
+            return f"CAST(instr({sub(0)}, {sub(1)}) AS INTEGER)"
+        if kind == "Ascii":  # the first character's code point, 0 for ''
+            return f"CAST(ascii({sub(0)}) AS INTEGER)"
+        if kind == "OctetLength":  # bytes of UTF-8
+            return f"CAST(strlen({sub(0)}) AS INTEGER)"
+        return f"translate({sub(0)}, {sub(1)}, {sub(2)})"
     if kind == "Like":
         # Spark's plan does not carry LIKE's escape character (ESCAPE '!' or the default
         # backslash): the patterns it simplifies (prefix%, %suffix, %infix%) arrive as
@@ -400,6 +469,8 @@ _TOTAL = {
     "Not", "IsNull", "IsNotNull", "IsNaN", "In", "InSet", "If", "CaseWhen", "Coalesce",
     "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE, *_DATE_PARTS,
     "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "StringReplace", *_TRIMS,
+    "Greatest", "Least", "Round", "BRound", "Floor", "Ceil", "ConcatWs", "StringInstr",
+    "Ascii", "OctetLength", "StringTranslate",
 }  # fmt: skip
 _LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
 
