@@ -653,6 +653,66 @@ def test_a_delete_by_key_alone_of_a_snapshot_row_is_named_at_its_record(
     assert json.loads(first.read_text().splitlines()[2])["op"] == "DELETE"
 
 
+def test_a_key_that_puts_a_primary_key_another_key_holds_is_named_at_its_record(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The upstream's table holds one row per primary key: a PUT under a new key of a
+    primary key another key holds (its DELETE missing) stops the job at the PUT's
+    PREWRITE, and nothing of the batch is committed; a restart stops there again."""
+    from deltamv.errors import BadRecordError
+    from tests.helpers import changelog as log
+
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "twice"\nchangelog = "changelog"\ncheckpoint = "ck"\n\n'
+        '[tables.t]\nschema = "id BIGINT, x BIGINT"\nprimary_key = ["id"]\n\n'
+        '[views.n]\nsql = "SELECT COUNT(*) AS n, SUM(x) AS s FROM t"\npath = "out/n"\n'
+    )
+    changelog = tmp_path / "changelog"
+    log.write_segment(changelog, 1, 1, [
+        log.initialized(1, "", ""), log.put(1, 10, "t/a", {"id": 1, "x": 5}, table="t"),
+        log.commit(1, 10, 11, "t/a", table="t"), log.resolved(1, 20)])  # fmt: skip
+    config = load_config(tmp_path / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    second = log.write_segment(changelog, 1, 2, [
+        log.put(1, 30, "t/c", {"id": 2, "x": 1}, table="t"),
+        log.put(1, 30, "t/b", {"id": 1, "x": 7}, table="t"),
+        log.commit(1, 30, 31, "t/b", table="t"), log.resolved(1, 40)])  # fmt: skip
+    for _ in range(2):
+        with pytest.raises(BadRecordError) as raised:
+            ViewJob(config, spark).run(once=True)
+        assert str(raised.value) == (
+            f"bad record at {second}:2: key 't/b' puts a row of table t with primary key"
+            " (id=1), which key 't/a' holds: a table has one row per primary key (is a"
+            " DELETE of the other row missing, or tables.t.primary_key not the table's?)"
+        )
+    assert [v.watermark for v in delta.versions(str(tmp_path / "out" / "n"))] == [20]
+
+
+def test_a_snapshot_that_holds_a_primary_key_twice_stops_the_job(
+    spark: Any, tmp_path: Path
+) -> None:
+    from deltamv.errors import BadRecordError
+
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "twice"\nchangelog = "changelog"\ncheckpoint = "ck"\n'
+        'snapshot = "snapshot"\n\n[tables.t]\nschema = "id BIGINT, x BIGINT"\n'
+        'primary_key = ["id"]\n\n[views.n]\nsql = "SELECT COUNT(*) AS n FROM t"\n'
+        'path = "out/n"\n'
+    )
+    (tmp_path / "snapshot" / "t").mkdir(parents=True)
+    (tmp_path / "snapshot" / "t" / "a.jsonl").write_text('{"id": 3, "x": 0}\n{"id": 4, "x": 0}\n')
+    (tmp_path / "snapshot" / "t" / "b.jsonl").write_text('{"id": 5, "x": 0}\n{"id": 3, "x": 1}\n')
+    (tmp_path / "snapshot" / "_snapshot.json").write_text('{"ts": 5}')
+    (tmp_path / "changelog").mkdir()
+    config = load_config(tmp_path / "config.toml")
+    with pytest.raises(BadRecordError) as raised:
+        ViewJob(config, spark).run(once=True)
+    assert str(raised.value) == (
+        f"bad record at {config.snapshot}/t: table t holds two rows with primary key (id=3)"
+    )
+    assert not (tmp_path / "out" / "n").exists()
+
+
 def test_a_view_of_the_time_of_evaluation_is_recomputed_at_every_batch(
     spark: Any, bank: Path
 ) -> None:

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pytest
 
 from deltamv.compute import Compute
-from deltamv.errors import DeltaMVError
+from deltamv.errors import DeltaMVError, StateError
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W
-from deltamv.views.mirror import apply_change, table_change
+from deltamv.views.mirror import DuplicateKeyError, apply_change, insert_rows, table_change
 
 COLUMNS = pa.schema([("id", pa.int64()), ("owner", pa.string()), ("balance", pa.int64())])
 
@@ -81,7 +81,7 @@ def test_a_put_of_a_held_key_rewrites_its_row_in_place(compute: Compute) -> None
 
 def snapshot_rows(mirror: Mirror, *rows: tuple[int, str, int]) -> None:
     """Rows loaded from a snapshot: no key."""
-    mirror.insert(pa.table({
+    insert_rows(mirror, pa.table({
         KEY: pa.array([None] * len(rows), pa.string()), "id": [r[0] for r in rows],
         "owner": [r[1] for r in rows], "balance": [r[2] for r in rows]}, schema=mirror.schema))  # fmt: skip
 
@@ -116,17 +116,53 @@ def test_a_snapshot_row_is_rewritten_in_place_and_takes_the_key(compute: Compute
     assert [t.to_pylist() for t in again.updated] == [[{ROWID: 1, "owner": "ann", "balance": 12}]]
 
 
-def test_two_keyless_rows_with_one_primary_key_are_not_rewritten_in_place(
+def test_a_snapshot_that_holds_a_primary_key_twice_is_refused() -> None:
+    mirror = Mirror(sqlite3.connect(":memory:"), "accounts", COLUMNS, ["id"])
+    snapshot_rows(mirror, (1, "ann", 10), (2, "bob", 20))
+    with pytest.raises(DuplicateKeyError, match=r"holds two rows with primary key \(id=2\)"):
+        snapshot_rows(mirror, (3, "cy", 30), (2, "bo", 21))  # against a row held
+    with pytest.raises(DuplicateKeyError, match=r"holds two rows with primary key \(id=4\)"):
+        snapshot_rows(mirror, (4, "di", 40), (5, "ed", 50), (4, "di", 41))  # within
+
+
+def test_a_state_that_holds_a_primary_key_twice_is_refused_at_the_start() -> None:
+    # written before the index was unique: the job cannot tell which row is the table's
+    db = sqlite3.connect(":memory:")
+    db.execute('CREATE TABLE "m_accounts" ("_key" TEXT, "id" INTEGER, "owner" TEXT,'
+               ' "balance" INTEGER)')  # fmt: skip
+    db.execute("INSERT INTO m_accounts VALUES ('k1', 1, 'ann', 10), ('k2', 1, 'ann', 11)")
+    with pytest.raises(StateError, match="table accounts: the job's state holds two rows with"
+                       " one primary key"):  # fmt: skip
+        Mirror(db, "accounts", COLUMNS, ["id"])
+
+
+def test_a_key_that_puts_another_keys_primary_key_is_refused(compute: Compute) -> None:
+    mirror = Mirror(sqlite3.connect(":memory:"), "accounts", COLUMNS, ["id"])
+    apply_change(mirror, table_change(compute, mirror, changes(
+        ("k1", "PUT", 1, "ann", 10), ("k2", "PUT", 2, "bob", 20))))  # fmt: skip
+    with pytest.raises(DuplicateKeyError, match=r"key 'k3' .* primary key \(id=1\), which"
+                       r" key 'k1' holds") as caught:  # fmt: skip
+        apply_change(mirror, table_change(compute, mirror, changes(
+            ("k4", "PUT", 4, "di", 40), ("k3", "PUT", 1, "ann", 11))))  # fmt: skip
+    assert caught.value.key == "k3"
+    with pytest.raises(DuplicateKeyError, match=r"key 'k6' .* \(id=5\), which key 'k5' holds"):
+        apply_change(mirror, table_change(compute, mirror, changes(
+            ("k5", "PUT", 5, "ed", 50), ("k6", "PUT", 5, "ed", 51))))  # fmt: skip
+
+
+def test_a_primary_key_passed_from_one_key_to_another_in_a_batch_is_no_duplicate(
     compute: Compute,
 ) -> None:
-    # A snapshot that holds a primary key twice is broken; the mirror still ends with
-    # the new row only, as a delete and an insert would leave it.
+    # The other key's row leaves in the same batch (a DELETE, or a PUT that moves its
+    # primary key): the mirror deletes before it inserts.
     mirror = Mirror(sqlite3.connect(":memory:"), "accounts", COLUMNS, ["id"])
-    snapshot_rows(mirror, (1, "ann", 10), (1, "ann", 10))
-    change = table_change(compute, mirror, changes(("k1", "PUT", 1, "ann", 12)))
-    assert change.updated == ()
-    apply_change(mirror, change)
-    assert sorted(held(mirror).values()) == [("k1", 1, "ann", 12)]
+    apply_change(mirror, table_change(compute, mirror, changes(
+        ("k1", "PUT", 1, "ann", 10), ("k2", "PUT", 2, "bob", 20))))  # fmt: skip
+    apply_change(mirror, table_change(compute, mirror, changes(
+        ("k1", "DELETE", None, None, None), ("k3", "PUT", 1, "ann", 11),
+        ("k2", "PUT", 7, "bob", 20), ("k4", "PUT", 2, "cy", 30))))  # fmt: skip
+    assert sorted(held(mirror).values()) == [
+        ("k2", 7, "bob", 20), ("k3", 1, "ann", 11), ("k4", 2, "cy", 30)]  # fmt: skip
 
 
 def test_the_key_index_leaves_keyless_rows_out_and_replaces_a_full_one(
@@ -137,11 +173,14 @@ def test_the_key_index_leaves_keyless_rows_out_and_replaces_a_full_one(
                ' "balance" INTEGER)')  # fmt: skip
     legacy = "m_accounts__40daebf1bfc0"  # the full index on _key an earlier state held
     db.execute(f'CREATE INDEX "{legacy}" ON "m_accounts" ("_key")')
+    legacy_pk = "m_accounts__b0faac5b93fb"  # and the one on the primary key, not unique
+    db.execute(f'CREATE INDEX "{legacy_pk}" ON "m_accounts" ("id")')
     mirror = Mirror(db, "accounts", COLUMNS, ["id"])
     indexes = dict(db.execute("SELECT name, sql FROM sqlite_master WHERE type = 'index'"))
-    assert legacy not in indexes
+    assert legacy not in indexes and legacy_pk not in indexes
     assert sorted(sql.split(" ON ")[1] for sql in indexes.values()) == [
         '"m_accounts" ("_key") WHERE "_key" IS NOT NULL', '"m_accounts" ("id")']  # fmt: skip
+    assert sum(sql.startswith("CREATE UNIQUE INDEX") for sql in indexes.values()) == 1
     snapshot_rows(mirror, (1, "ann", 10))
     apply_change(mirror, table_change(compute, mirror, changes(("k2", "PUT", 2, "bob", 20))))
     assert mirror.lookup([KEY], pa.table({KEY: ["k2"]})).column("id").to_pylist() == [2]
@@ -156,7 +195,7 @@ def test_a_delete_without_old_value_of_a_snapshot_row_stops_the_batch(compute: C
     With the old primary key it deletes the row; a key nobody holds, when no keyless row
     is left, deletes nothing."""
     mirror = Mirror(sqlite3.connect(":memory:"), "accounts", COLUMNS, ["id"])
-    mirror.insert(pa.table({KEY: pa.nulls(2, pa.string()), "id": [1, 2], "owner": ["a", "b"],
+    insert_rows(mirror, pa.table({KEY: pa.nulls(2, pa.string()), "id": [1, 2], "owner": ["a", "b"],
                             "balance": [10, 20]}).cast(mirror.schema))  # fmt: skip
     with pytest.raises(DeltaMVError) as info:
         table_change(compute, mirror, changes(("k1", "DELETE", None, None, None)))
@@ -177,7 +216,7 @@ def test_a_delete_naming_part_of_a_composite_primary_key_stops_the_batch(
     old_value at all (it found nothing, and the snapshot row stayed; an outside check)."""
     columns = pa.schema([("day", pa.string()), ("n", pa.int64()), ("v", pa.int64())])
     mirror = Mirror(sqlite3.connect(":memory:"), "t", columns, ["day", "n"])
-    mirror.insert(pa.table({KEY: pa.nulls(2, pa.string()), "day": ["d1", "d1"], "n": [1, 2],
+    insert_rows(mirror, pa.table({KEY: pa.nulls(2, pa.string()), "day": ["d1", "d1"], "n": [1, 2],
                             "v": [10, 20]}).cast(mirror.schema))  # fmt: skip
     delete = pa.table({"key": ["k1"], "op": ["DELETE"], "commit_ts": [1], "day": pa.nulls(1, pa.string()),
                        "n": pa.nulls(1, pa.int64()), "v": pa.nulls(1, pa.int64()),

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
 from deltamv import faults
@@ -35,7 +36,7 @@ from deltamv.config import JobConfig
 from deltamv.delta import read_spark
 from deltamv.delta.commit import WATERMARK_KEY
 from deltamv.delta.sink import Delta, NoChange, Replace, TableSink
-from deltamv.errors import StateError
+from deltamv.errors import DeltaMVError, StateError
 from deltamv.job.targets import Target
 from deltamv.job.upstream import Upstream
 from deltamv.job.views import ViewSet, view_errors
@@ -44,7 +45,14 @@ from deltamv.state.chunks import OutboxEntry
 from deltamv.state.keyed import KEY, Mirror
 from deltamv.state.store import StateStore
 from deltamv.views.ivm import Batch
-from deltamv.views.mirror import BlindDeleteError, TableChange, apply_change, table_change
+from deltamv.views.mirror import (
+    BlindDeleteError,
+    DuplicateKeyError,
+    TableChange,
+    apply_change,
+    insert_rows,
+    table_change,
+)
 
 __all__ = ["BatchReport", "BatchRunner"]
 
@@ -210,7 +218,10 @@ class BatchRunner:
         clock.lap("maintain")
         self.views.finish(b)
         for t, change in table_changes.items():
-            apply_change(self.mirrors[t], change)
+            try:
+                apply_change(self.mirrors[t], change)
+            except DuplicateKeyError as exc:  # named at its record, as a blind DELETE
+                raise self._at_record(exc, result.changes[t]) from None
         not_ready = [n for n, ok in was_ready.items() if not ok]
         if not_ready:
             self.views.build(not_ready, self.scratch)
@@ -218,6 +229,17 @@ class BatchRunner:
         for target in self.targets.values():
             self._stage(batch, target, deltas, view_deltas, was_ready, from_empty, missed)
         clock.lap("maintain")
+
+    def _at_record(self, exc: DuplicateKeyError, changes: pa.Table) -> DeltaMVError:
+        """``exc`` at the record of its key's change among ``changes``, where the
+        upstream has records."""
+        if exc.key is None or "commit_ts" not in changes.column_names:
+            return exc
+        mine = changes.filter(pc.equal(changes.column("key"), exc.key))
+        if mine.num_rows == 0:
+            return exc
+        where = self.upstream.locate(self.store, exc.key, mine.column("commit_ts")[0].as_py())
+        return exc if where is None else exc.at(*where)
 
     def refresh(self) -> None:
         """At the start: the outputs new in the config, views whose SQL or mode changed,
@@ -467,7 +489,12 @@ class BatchRunner:
                 key = (rows.column(KEY) if KEY in rows.column_names
                        else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
                 keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
-                mirror.insert(keyed.cast(mirror.schema))
+                try:
+                    insert_rows(mirror, keyed.cast(mirror.schema))
+                except DuplicateKeyError as exc:
+                    snapshot = self.config.snapshot
+                    where = f"{snapshot}/{table}" if snapshot else "the upstream's first copy"
+                    raise exc.at(where, None) from None
             self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
             for target in self.targets.values():
                 self.store.outbox.put(-1, target.id, self._whole(target))

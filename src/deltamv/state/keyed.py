@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from deltamv.errors import StateError
 from deltamv.state.codec import from_rows, normalise_floats, sql_type, to_rows
 
 __all__ = ["KEY", "ROWID", "KeyedTable", "Mirror", "mirror_schema"]
@@ -49,7 +50,7 @@ class KeyedTable:
         self.db = db
         self.name = name
         self.schema = schema
-        self._indexes: list[tuple[tuple[str, ...], bool]] = []
+        self._indexes: list[tuple[tuple[str, ...], bool, bool]] = []
         self._create()
         for index in indexes:
             self.ensure_index(index)
@@ -63,21 +64,28 @@ class KeyedTable:
         from an earlier schema (a view's state, planned anew) takes the current one."""
         self.db.execute(f"DROP TABLE IF EXISTS {quote_name(self.name)}")
         self._create()
-        for columns, non_null in self._indexes:
-            self._create_index(columns, non_null)
+        for columns, non_null, unique in self._indexes:
+            self._create_index(columns, non_null, unique)
 
-    def ensure_index(self, columns: Sequence[str], *, non_null: bool = False) -> None:
+    def ensure_index(
+        self, columns: Sequence[str], *, non_null: bool = False, unique: bool = False
+    ) -> None:
         """An index on ``columns`` (created once; building it reads the table once).
         ``non_null``: only of the rows where no column of it is NULL (the index is then
-        used for lookups by equality, never for ``IS NULL``)."""
-        key = (tuple(columns), non_null)
+        used for lookups by equality, never for ``IS NULL``). ``unique``: no two rows
+        with equal values in all of them (NULLs differ); a write that would make two
+        raises ``sqlite3.IntegrityError``."""
+        key = (tuple(columns), non_null, unique)
+        if not unique and (tuple(columns), non_null, True) in self._indexes:
+            return  # (the unique one serves the lookups too)
         if key not in self._indexes:
             self._indexes.append(key)
-        self._create_index(columns, non_null)
+        self._create_index(columns, non_null, unique)
 
-    def _create_index(self, columns: Sequence[str], non_null: bool) -> None:
+    def _create_index(self, columns: Sequence[str], non_null: bool, unique: bool) -> None:
+        name = self._index_name(columns, non_null, unique)
         self.db.execute(
-            f"CREATE INDEX IF NOT EXISTS {quote_name(self._index_name(columns, non_null))}"
+            f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS {quote_name(name)}"
             f" ON {quote_name(self.name)} ({', '.join(quote_name(c) for c in columns)})"
             + (
                 " WHERE " + " AND ".join(f"{quote_name(c)} IS NOT NULL" for c in columns)
@@ -86,18 +94,27 @@ class KeyedTable:
             )
         )
 
-    def drop_index(self, columns: Sequence[str], *, non_null: bool = False) -> None:
-        key = (tuple(columns), non_null)
+    def drop_index(
+        self, columns: Sequence[str], *, non_null: bool = False, unique: bool = False
+    ) -> None:
+        key = (tuple(columns), non_null, unique)
         if key in self._indexes:
             self._indexes.remove(key)
-        self.db.execute(f"DROP INDEX IF EXISTS {quote_name(self._index_name(columns, non_null))}")
+        name = self._index_name(columns, non_null, unique)
+        self.db.execute(f"DROP INDEX IF EXISTS {quote_name(name)}")
 
-    def _index_name(self, columns: Sequence[str], non_null: bool) -> str:
+    def _index_name(self, columns: Sequence[str], non_null: bool, unique: bool) -> str:
         text = "\0".join(columns) + ("\0non-null" if non_null else "")
+        text += "\0unique" if unique else ""
         return f"{self.name}__{hashlib.blake2b(text.encode(), digest_size=6).hexdigest()}"
 
     def count(self) -> int:
         return int(self.db.execute(f"SELECT COUNT(*) FROM {quote_name(self.name)}").fetchone()[0])
+
+    def last_rowid(self) -> int:
+        """The highest rowid (0 for an empty table): rows inserted later have higher ones."""
+        row = self.db.execute(f"SELECT max(rowid) FROM {quote_name(self.name)}").fetchone()
+        return int(row[0] or 0)
 
     def is_empty(self) -> bool:
         """No rows (one step of the table, where ``count`` reads it all)."""
@@ -356,13 +373,20 @@ class Mirror(KeyedTable):
     def __init__(
         self, db: sqlite3.Connection, table: str, columns: pa.Schema, primary_key: Sequence[str]
     ) -> None:
-        super().__init__(
-            db, mirror_table(table), mirror_schema(columns), indexes=[list(primary_key)]
-        )
-        self.drop_index([KEY])  # a state written before the index left the NULLs out
-        self.ensure_index([KEY], non_null=True)
+        super().__init__(db, mirror_table(table), mirror_schema(columns))
         self.table = table
         self.primary_key = tuple(primary_key)
+        self.drop_index(primary_key)  # a state written before the index was unique
+        try:
+            self.ensure_index(primary_key, unique=True)
+        except sqlite3.IntegrityError:
+            raise StateError(
+                f"table {table}: the job's state holds two rows with one primary key (written"
+                " before deltamv refused such changes); start the job with a new checkpoint"
+                " and new output paths"
+            ) from None
+        self.drop_index([KEY])  # a state written before the index left the NULLs out
+        self.ensure_index([KEY], non_null=True)
         self._keyless_left = True  # False once no keyless row is left: none comes back
 
     def all_keyed(self) -> None:

@@ -16,7 +16,9 @@ these Z-sets; the mirror itself is updated once every view has seen the state be
 from __future__ import annotations
 
 import functools
+import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +30,14 @@ from deltamv.schema import change_column
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W, consolidate
 
-__all__ = ["BlindDeleteError", "TableChange", "apply_change", "table_change"]
+__all__ = [
+    "BlindDeleteError",
+    "DuplicateKeyError",
+    "TableChange",
+    "apply_change",
+    "insert_rows",
+    "table_change",
+]
 
 
 @dataclass(frozen=True)
@@ -308,11 +317,78 @@ def _fill_unchanged(
 
 
 def apply_change(mirror: Mirror, change: TableChange) -> None:
-    """Bring the mirror to the state after ``change`` (inside the batch's transaction)."""
+    """Bring the mirror to the state after ``change`` (inside the batch's transaction).
+    Raises DuplicateKeyError where a new row's primary key is another row's (the rows
+    replaced are gone first, and a row rewritten in place keeps its primary key: so only
+    a row inserted can meet one)."""
     if change.cleared:
         mirror.clear()
     else:
         mirror.delete(change.removed)
     for rows in change.updated:
         mirror.update(rows)
-    mirror.insert(change.inserted)
+    insert_rows(mirror, change.inserted)
+
+
+def insert_rows(mirror: Mirror, rows: pa.Table) -> None:
+    """Insert ``rows``; where one's primary key is held by another row of the mirror or of
+    ``rows`` (the mirror's index on it is unique), raise DuplicateKeyError naming both."""
+    before = mirror.last_rowid()
+    try:
+        mirror.insert(rows)
+    except sqlite3.IntegrityError:
+        raise _duplicate(mirror, rows, before) from None
+
+
+def _duplicate(mirror: Mirror, rows: pa.Table, before: int) -> DuplicateKeyError:
+    """The rows that share a primary key: two of ``rows``, or one of them and a row the
+    mirror held before the insert (rowid up to ``before``; the insert stopped part way,
+    inside the batch's transaction, which is rolled back)."""
+    pk = list(mirror.primary_key)
+    new = rows.select([KEY, *pk]).append_column("__i", pa.array(np.arange(rows.num_rows)))
+    for c in pk:  # (NULLs are never equal)
+        new = new.filter(pc.is_valid(new.column(c)))
+    groups = new.group_by(pk).aggregate([("__i", "min"), ("__i", "max"), ("__i", "count")])
+    twice = groups.filter(pc.greater(groups.column("__i_count"), 1))
+    if twice.num_rows:
+        first, second = (twice.column(f"__i_{f}")[0].as_py() for f in ("min", "max"))
+        return DuplicateKeyError(
+            mirror.table, rows.column(KEY)[second].as_py(), rows.column(KEY)[first].as_py(),
+            {c: rows.column(c)[second].as_py() for c in pk},
+        )  # fmt: skip
+    held = mirror.lookup(pk, new.select(pk))
+    held = held.filter(pc.less_equal(held.column(ROWID), before)).select([KEY, *pk])
+    pairs = new.join(held.rename_columns(["__held", *pk]), pk, join_type="inner")
+    if pairs.num_rows == 0:  # (not found again: named by its table alone)
+        return DuplicateKeyError(mirror.table, None, None, {})
+    row = pairs.slice(0, 1).to_pylist()[0]
+    return DuplicateKeyError(mirror.table, row[KEY], row["__held"], {c: row[c] for c in pk})
+
+
+class DuplicateKeyError(DeltaMVError):
+    """A row put under one key with the primary key of a row another key holds (or,
+    from a snapshot, a second row with one primary key): the upstream's table has one
+    row per primary key. :meth:`at` names the record."""
+
+    def __init__(
+        self, table: str, key: str | None, other: str | None, primary_key: dict[str, Any]
+    ) -> None:
+        self.table = table
+        self.key = key
+        shown = ", ".join(f"{c}={v!r}" for c, v in primary_key.items())
+        if key is None and other is None and primary_key:
+            self.reason = f"table {table} holds two rows with primary key ({shown})"
+        elif key is None and other is None:
+            self.reason = f"table {table} holds two rows with one primary key"
+        else:
+            holder = "a row of the snapshot" if other is None else f"key {other!r}"
+            self.reason = (
+                f"key {key!r} puts a row of table {table} with primary key ({shown}), which"
+                f" {holder} holds: a table has one row per primary key (is a DELETE of the"
+                f" other row missing, or tables.{table}.primary_key not the table's?)"
+            )
+        super().__init__(self.reason)
+
+    def at(self, file: str, line: int | None) -> BadRecordError:
+        """The error at the record that carries the change (or the snapshot's file)."""
+        return BadRecordError(file, line, self.reason)
