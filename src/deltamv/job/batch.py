@@ -492,8 +492,8 @@ class BatchRunner:
                 try:
                     insert_rows(mirror, keyed.cast(mirror.schema))
                 except DuplicateKeyError as exc:
-                    snapshot = self.config.snapshot
-                    where = f"{snapshot}/{table}" if snapshot else "the upstream's first copy"
+                    folder = self.config.snapshot
+                    where = f"{folder}/{table}" if folder else "the upstream's first copy"
                     raise exc.at(where, None) from None
             self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
             for target in self.targets.values():
