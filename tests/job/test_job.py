@@ -611,6 +611,24 @@ def test_a_snapshot_row_whose_primary_key_changes_under_one_key_leaves_no_copy(
     assert got == {"a": [(4, 0), (30, 1)], "b": [(4, 0), (30, 1)], "c": [(4, 0)]}
 
 
+def _one_table_job(tmp_path: Path, name: str, snapshot: dict[str, str] | None = None) -> Any:
+    """A job over table ``t`` (id, x) with one view, ``n``: COUNT(*); with ``snapshot``
+    (file name -> rows as JSON lines), from a snapshot at ts 5 holding those files."""
+    text = f'[job]\nname = "{name}"\nchangelog = "changelog"\ncheckpoint = "ck"\n'
+    if snapshot is not None:
+        text += 'snapshot = "snapshot"\n'
+        (tmp_path / "snapshot" / "t").mkdir(parents=True)
+        for file, lines in snapshot.items():
+            (tmp_path / "snapshot" / "t" / file).write_text(lines)
+        (tmp_path / "snapshot" / "_snapshot.json").write_text('{"ts": 5}')
+    (tmp_path / "config.toml").write_text(
+        text + '\n[tables.t]\nschema = "id BIGINT, x BIGINT"\nprimary_key = ["id"]\n\n'
+        '[views.n]\nsql = "SELECT COUNT(*) AS n FROM t"\npath = "out/n"\n'
+    )
+    (tmp_path / "changelog").mkdir(exist_ok=True)
+    return load_config(tmp_path / "config.toml")
+
+
 def test_a_delete_by_key_alone_of_a_snapshot_row_is_named_at_its_record(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -622,21 +640,12 @@ def test_a_delete_by_key_alone_of_a_snapshot_row_is_named_at_its_record(
     from deltamv.errors import BadRecordError
     from tests.helpers import changelog as log
 
-    (tmp_path / "config.toml").write_text(
-        '[job]\nname = "blind"\nchangelog = "changelog"\ncheckpoint = "ck"\n'
-        'snapshot = "snapshot"\n\n[tables.t]\nschema = "id BIGINT, x BIGINT"\n'
-        'primary_key = ["id"]\n\n[views.n]\nsql = "SELECT COUNT(*) AS n FROM t"\n'
-        'path = "out/n"\n'
-    )
-    (tmp_path / "snapshot" / "t").mkdir(parents=True)
-    (tmp_path / "snapshot" / "t" / "rows.jsonl").write_text('{"id": 3, "x": 0}\n')
-    (tmp_path / "snapshot" / "_snapshot.json").write_text('{"ts": 5}')
+    config = _one_table_job(tmp_path, "blind", {"rows.jsonl": '{"id": 3, "x": 0}\n'})
     changelog = tmp_path / "changelog"
     delete = {"region": 1, "type": "PREWRITE", "start_ts": 30, "table": "t", "key": "t/3",
               "op": "DELETE"}  # fmt: skip
     first = log.write_segment(changelog, 1, 1, [log.initialized(1, "", ""), log.resolved(1, 20),
                                                 delete, log.resolved(1, 30)])  # fmt: skip
-    config = load_config(tmp_path / "config.toml")
     ViewJob(config, spark).run(once=True)
     log.write_segment(changelog, 1, 2, [log.commit(1, 30, 31, "t/3", table="t"),
                                         log.resolved(1, 40)])  # fmt: skip
@@ -662,16 +671,11 @@ def test_a_key_that_puts_a_primary_key_another_key_holds_is_named_at_its_record(
     from deltamv.errors import BadRecordError
     from tests.helpers import changelog as log
 
-    (tmp_path / "config.toml").write_text(
-        '[job]\nname = "twice"\nchangelog = "changelog"\ncheckpoint = "ck"\n\n'
-        '[tables.t]\nschema = "id BIGINT, x BIGINT"\nprimary_key = ["id"]\n\n'
-        '[views.n]\nsql = "SELECT COUNT(*) AS n, SUM(x) AS s FROM t"\npath = "out/n"\n'
-    )
+    config = _one_table_job(tmp_path, "twice")
     changelog = tmp_path / "changelog"
     log.write_segment(changelog, 1, 1, [
         log.initialized(1, "", ""), log.put(1, 10, "t/a", {"id": 1, "x": 5}, table="t"),
         log.commit(1, 10, 11, "t/a", table="t"), log.resolved(1, 20)])  # fmt: skip
-    config = load_config(tmp_path / "config.toml")
     ViewJob(config, spark).run(once=True)
     second = log.write_segment(changelog, 1, 2, [
         log.put(1, 30, "t/c", {"id": 2, "x": 1}, table="t"),
@@ -693,18 +697,9 @@ def test_a_snapshot_that_holds_a_primary_key_twice_stops_the_job(
 ) -> None:
     from deltamv.errors import BadRecordError
 
-    (tmp_path / "config.toml").write_text(
-        '[job]\nname = "twice"\nchangelog = "changelog"\ncheckpoint = "ck"\n'
-        'snapshot = "snapshot"\n\n[tables.t]\nschema = "id BIGINT, x BIGINT"\n'
-        'primary_key = ["id"]\n\n[views.n]\nsql = "SELECT COUNT(*) AS n FROM t"\n'
-        'path = "out/n"\n'
-    )
-    (tmp_path / "snapshot" / "t").mkdir(parents=True)
-    (tmp_path / "snapshot" / "t" / "a.jsonl").write_text('{"id": 3, "x": 0}\n{"id": 4, "x": 0}\n')
-    (tmp_path / "snapshot" / "t" / "b.jsonl").write_text('{"id": 5, "x": 0}\n{"id": 3, "x": 1}\n')
-    (tmp_path / "snapshot" / "_snapshot.json").write_text('{"ts": 5}')
-    (tmp_path / "changelog").mkdir()
-    config = load_config(tmp_path / "config.toml")
+    config = _one_table_job(tmp_path, "twice", {
+        "a.jsonl": '{"id": 3, "x": 0}\n{"id": 4, "x": 0}\n',
+        "b.jsonl": '{"id": 5, "x": 0}\n{"id": 3, "x": 1}\n'})  # fmt: skip
     with pytest.raises(BadRecordError) as raised:
         ViewJob(config, spark).run(once=True)
     assert str(raised.value) == (
