@@ -65,6 +65,14 @@ _ORDER = {"mirror": 0, "table": 1, "view": 2}
 Replay = Literal["", "ingested", "finished"]  # see BatchReport
 
 
+def _commit_ts(changes: pa.Table, key: str | None) -> int | None:
+    """The commit_ts of ``key``'s change among a batch's released ``changes``."""
+    if key is None or "commit_ts" not in changes.column_names:
+        return None
+    mine = changes.filter(pc.equal(changes.column("key"), key))
+    return mine.column("commit_ts")[0].as_py() if mine.num_rows else None
+
+
 @dataclass(frozen=True)
 class BatchReport:
     """What one batch did. ``phases`` holds seconds per step (read, match, maintain,
@@ -207,9 +215,7 @@ class BatchRunner:
                 for t, rows in result.changes.items()
             }
         except BlindDeleteError as exc:  # named at its record (its batch's too: in the state)
-            where = None if exc.commit_ts is None else self.upstream.locate(
-                self.store, exc.key, exc.commit_ts)  # fmt: skip
-            raise exc if where is None else exc.at(*where) from None
+            raise self._at_record(exc, exc.key, exc.commit_ts) from None
         deltas = {t: c.delta for t, c in table_changes.items() if c.delta.num_rows}
         b = Batch(self.compute, self.mirrors, deltas)
         was_ready = {n: self.views.ready(n) for n in self.views.views}
@@ -221,7 +227,8 @@ class BatchRunner:
             try:
                 apply_change(self.mirrors[t], change)
             except DuplicateKeyError as exc:  # named at its record, as a blind DELETE
-                raise self._at_record(exc, result.changes[t]) from None
+                ts = _commit_ts(result.changes[t], exc.key)
+                raise self._at_record(exc, exc.key, ts) from None
         not_ready = [n for n, ok in was_ready.items() if not ok]
         if not_ready:
             self.views.build(not_ready, self.scratch)
@@ -230,15 +237,14 @@ class BatchRunner:
             self._stage(batch, target, deltas, view_deltas, was_ready, from_empty, missed)
         clock.lap("maintain")
 
-    def _at_record(self, exc: DuplicateKeyError, changes: pa.Table) -> DeltaMVError:
-        """``exc`` at the record of its key's change among ``changes``, where the
+    def _at_record(
+        self, exc: BlindDeleteError | DuplicateKeyError, key: str | None, commit_ts: int | None
+    ) -> DeltaMVError:
+        """``exc`` at the record of ``key``'s change committed at ``commit_ts``, where the
         upstream has records."""
-        if exc.key is None or "commit_ts" not in changes.column_names:
+        if key is None or commit_ts is None:
             return exc
-        mine = changes.filter(pc.equal(changes.column("key"), exc.key))
-        if mine.num_rows == 0:
-            return exc
-        where = self.upstream.locate(self.store, exc.key, mine.column("commit_ts")[0].as_py())
+        where = self.upstream.locate(self.store, key, commit_ts)
         return exc if where is None else exc.at(*where)
 
     def refresh(self) -> None:

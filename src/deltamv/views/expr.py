@@ -119,7 +119,7 @@ def result_type(e: Expr) -> Any:
     if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate", *_TRIMS):
         return "string"
     if kind in ("Length", "StringInstr", "Ascii", "OctetLength"):
-        return "integer"
+        return "integer"  # (Spark's INT)
     if kind in ("Round", "BRound", "Floor", "Ceil"):
         return _rounded_type(e)
     if kind == "DateAdd" or kind == "DateSub" or kind == "TruncDate":
@@ -140,6 +140,14 @@ _BOOLEAN_KINDS = {
 # Spark's trims take off spaces (U+0020) only, or each character of the set given;
 # DuckDB's, given the set, the same.
 _TRIMS = {"StringTrim": "trim", "StringTrimLeft": "ltrim", "StringTrimRight": "rtrim"}
+# Functions of strings whose SQL is a fixed template over their arguments' SQL.
+_STRING_TEMPLATES = {
+    "StringReplace": "replace({}, {}, {})",  # every occurrence, left to right
+    "StringTranslate": "translate({}, {}, {})",
+    "StringInstr": "CAST(instr({}, {}) AS INTEGER)",  # in characters, 0 if none
+    "Ascii": "CAST(ascii({}) AS INTEGER)",  # the first character's code point, 0 for ''
+    "OctetLength": "CAST(strlen({}) AS INTEGER)",  # bytes of UTF-8
+}
 
 _COMPARE = {
     "EqualTo": "=",
@@ -398,15 +406,19 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if result_type(kids[0]) != "string":
             raise Unsupported("length of non-string values")
         return f"CAST(length({sub(0)}) AS INTEGER)"
-    if kind in ("Substring", "StringReplace", *_TRIMS):
-        if result_type(kids[0]) != "string":
+    if kind in ("Substring", "ConcatWs", *_TRIMS, *_STRING_TEMPLATES):
+        # (Spark casts their other arguments to strings; the first may be binary, and
+        # concat_ws's others arrays)
+        if any(result_type(k) != "string" for k in kids[: None if kind == "ConcatWs" else 1]):
             raise Unsupported(f"{kind} of non-string values")
         if kind == "Substring":  # (str, pos, len); left() and right() arrive as it
             return _substring(sub(0), sub(1), sub(2))
-        if kind == "StringReplace":  # (str, search, replace): every occurrence, left to right
-            return f"replace({sub(0)}, {sub(1)}, {sub(2)})"
-        chars = sub(1) if len(kids) > 1 else "' '"
-        return f"{_TRIMS[kind]}({sub(0)}, {chars})"
+        if kind == "ConcatWs":  # (separator, values...): NULL values left out
+            return f"concat_ws({', '.join(sql(k, col) for k in kids)})"
+        if kind in _TRIMS:
+            chars = sub(1) if len(kids) > 1 else "' '"
+            return f"{_TRIMS[kind]}({sub(0)}, {chars})"
+        return _STRING_TEMPLATES[kind].format(*(sql(k, col) for k in kids))
     if kind in ("Greatest", "Least"):  # both pass over NULLs
         if any(result_type(k) in _FRACTIONAL for k in kids):
             raise Unsupported(f"{kind.lower()} of floating-point values")
@@ -430,18 +442,6 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         function = "round" if kind == "Round" else "round_even"
         places = int(kids[1].fields["value"])
         return f"CAST({function}({sub(0)}, {places}) AS {duck_type(t)})"
-    if kind in ("ConcatWs", "StringInstr", "Ascii", "OctetLength", "StringTranslate"):
-        if any(result_type(k) != "string" for k in kids):
-            raise Unsupported(f"{kind} of non-string values")
-        if kind == "ConcatWs":  # (separator, values...): NULL values left out
-            return f"concat_ws({', '.join(sql(k, col) for k in kids)})"
-        if kind == "StringInstr":  # the first occurrence's position in characters, 0 if none
-            return f"CAST(instr({sub(0)}, {sub(1)}) AS INTEGER)"
-        if kind == "Ascii":  # the first character's code point, 0 for ''
-            return f"CAST(ascii({sub(0)}) AS INTEGER)"
-        if kind == "OctetLength":  # bytes of UTF-8
-            return f"CAST(strlen({sub(0)}) AS INTEGER)"
-        return f"translate({sub(0)}, {sub(1)}, {sub(2)})"
     if kind == "Like":
         # Spark's plan does not carry LIKE's escape character (ESCAPE '!' or the default
         # backslash): the patterns it simplifies (prefix%, %suffix, %infix%) arrive as
@@ -468,9 +468,8 @@ _TOTAL = {
     "KnownFloatingPointNormalized", "NormalizeNaNAndZero", "EqualNullSafe", "And", "Or",
     "Not", "IsNull", "IsNotNull", "IsNaN", "In", "InSet", "If", "CaseWhen", "Coalesce",
     "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE, *_DATE_PARTS,
-    "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "StringReplace", *_TRIMS,
-    "Greatest", "Least", "Round", "BRound", "Floor", "Ceil", "ConcatWs", "StringInstr",
-    "Ascii", "OctetLength", "StringTranslate",
+    "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "ConcatWs", *_TRIMS,
+    *_STRING_TEMPLATES, "Greatest", "Least", "Round", "BRound", "Floor", "Ceil",
 }  # fmt: skip
 _LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
 
