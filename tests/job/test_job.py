@@ -4,6 +4,7 @@ in test_job_oracle.py)."""
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -309,11 +310,16 @@ def test_view_sql_errors_name_the_key_before_reading(
 ) -> None:
     text = CONFIG.replace(TOTAL_BALANCE_SQL, sql)
     (bank / "config.toml").write_text(text)
+    config = load_config(bank / "config.toml")
+    leaves = set(Path(tempfile.gettempdir()).glob("deltamv-plan-*"))
     with pytest.raises(ConfigError) as info:
-        ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
+        ViewJob(config, spark).run(once=True)
     assert info.value.key == "views.total_balance.sql"
     assert message in str(info.value)
     assert not (bank / "state" / "_checkpoint").exists()
+    # The tables' temporary views and empty folders of the analysis are gone too.
+    assert not {t.name for t in spark.catalog.listTables() if t.isTemporary} & set(config.tables)
+    assert set(Path(tempfile.gettempdir()).glob("deltamv-plan-*")) == leaves
 
 
 def test_outputs_taken_out_of_the_config_and_put_back_are_rebuilt(

@@ -44,6 +44,7 @@ from deltamv.job.views import ViewSet
 from deltamv.maintenance import Maintenance
 from deltamv.state.keyed import Mirror
 from deltamv.state.store import STATE_FILE, StateStore
+from deltamv.views.plan import Analysed
 from deltamv.views.sql import check_sql
 
 __all__ = ["ViewJob"]
@@ -92,54 +93,58 @@ class ViewJob:
         self.reports = deque(maxlen=None if once else _RECENT_REPORTS)
         self.batches = 0
         upstream = self._upstream()
-        check_sql(self.spark, self.config)
-        check_owners(self.config)
-        with _lock(self.checkpoint, self.config.name):
-            # Scratch a run killed or ended at once left behind (mirrors' Parquet copies,
-            # DuckDB's spill): nothing in it outlives a run.
-            shutil.rmtree(self.checkpoint / "tmp", ignore_errors=True)
-            store = StateStore(
-                self.checkpoint / STATE_FILE, job=self.config.name, start_ts=upstream.start_ts()
-            )
-            compute = Compute(temp_dir=str(self.checkpoint / "tmp" / "compute"))
-            opened = _Opened()
-            query: StreamingQuery | None = None
-            try:
-                if self.config.upstream.kind != "postgres":  # (it checks its catalog's)
-                    check_declarations(self.config, store)  # before Spark starts the query
-                if not upstream.stream_reads_state:
-                    # Spark starts the query (its Python source's worker takes about half
-                    # a second) while the job opens; a batch waits for the job to be open.
-                    query = self._start(upstream, store, opened, once=once)
-                fresh = not store.progress().bootstrapped
-                if not fresh:  # (a first start loads the snapshot first: memory of its own)
-                    upstream.prefetch(store, once=once)
-                runner = self._open(store, compute, upstream)
-                runner.bootstrap(upstream.snapshot(store) if fresh else None)
-                runner.refresh()
-                if fresh:
-                    upstream.prefetch(store, once=once)
-                if self._stop_requested:  # while the job opened: no batch runs
-                    log.info("stopped on request before the first batch")
-                    return list(self.reports)
-                opened.set(runner)
-                if query is None:
-                    query = self._start(upstream, store, opened, once=once)
-                self._await(query, opened)
-                upstream.after_run(store)
-            finally:
-                # A batch still waiting (the job failed to open or stopped) fails; one
-                # still running (a stop ends the query without waiting for it) ends first.
-                opened.clear()
-                upstream.close()
-                if query is not None:
-                    self._query = None
-                    _stop_quietly(query)  # stopped already, unless the job failed to open
-                if self._unset_checkpoint_files:
-                    self.spark.conf.unset(_CHECKPOINT_FILES)
-                    self._unset_checkpoint_files = False
-                compute.close()
-                store.close()
+        with check_sql(self.spark, self.config) as analysed:  # (planned as the job opens)
+            check_owners(self.config)
+            with _lock(self.checkpoint, self.config.name):
+                return self._locked(upstream, analysed, once=once)
+
+    def _locked(self, upstream: Upstream, analysed: Analysed, *, once: bool) -> list[BatchReport]:
+        """The run, in the checkpoint's lock."""
+        # Scratch a run killed or ended at once left behind (mirrors' Parquet copies,
+        # DuckDB's spill): nothing in it outlives a run.
+        shutil.rmtree(self.checkpoint / "tmp", ignore_errors=True)
+        store = StateStore(
+            self.checkpoint / STATE_FILE, job=self.config.name, start_ts=upstream.start_ts()
+        )
+        compute = Compute(temp_dir=str(self.checkpoint / "tmp" / "compute"))
+        opened = _Opened()
+        query: StreamingQuery | None = None
+        try:
+            if self.config.upstream.kind != "postgres":  # (it checks its catalog's)
+                check_declarations(self.config, store)  # before Spark starts the query
+            if not upstream.stream_reads_state:
+                # Spark starts the query (its Python source's worker takes about half
+                # a second) while the job opens; a batch waits for the job to be open.
+                query = self._start(upstream, store, opened, once=once)
+            fresh = not store.progress().bootstrapped
+            if not fresh:  # (a first start loads the snapshot first: memory of its own)
+                upstream.prefetch(store, once=once)
+            runner = self._open(store, compute, upstream, analysed)
+            runner.bootstrap(upstream.snapshot(store) if fresh else None)
+            runner.refresh()
+            if fresh:
+                upstream.prefetch(store, once=once)
+            if self._stop_requested:  # while the job opened: no batch runs
+                log.info("stopped on request before the first batch")
+                return list(self.reports)
+            opened.set(runner)
+            if query is None:
+                query = self._start(upstream, store, opened, once=once)
+            self._await(query, opened)
+            upstream.after_run(store)
+        finally:
+            # A batch still waiting (the job failed to open or stopped) fails; one
+            # still running (a stop ends the query without waiting for it) ends first.
+            opened.clear()
+            upstream.close()
+            if query is not None:
+                self._query = None
+                _stop_quietly(query)  # stopped already, unless the job failed to open
+            if self._unset_checkpoint_files:
+                self.spark.conf.unset(_CHECKPOINT_FILES)
+                self._unset_checkpoint_files = False
+            compute.close()
+            store.close()
         return list(self.reports)
 
     def _upstream(self) -> Upstream:
@@ -164,7 +169,9 @@ class ViewJob:
             threading.Thread(target=_stop_quietly, args=(query,), daemon=True).start()
 
     # -- the start -------------------------------------------------------------------------
-    def _open(self, store: StateStore, compute: Compute, upstream: Any) -> BatchRunner:
+    def _open(
+        self, store: StateStore, compute: Compute, upstream: Any, analysed: Analysed
+    ) -> BatchRunner:
         config = self.config
         # The upstream's refusals (a segment changed since it was read, a PostgreSQL
         # table's columns changed) come before the views are planned and their state
@@ -177,7 +184,7 @@ class ViewJob:
         if config.snapshot is None:  # only a change-log snapshot's rows come without keys
             for mirror in mirrors.values():
                 mirror.all_keyed()
-        views = ViewSet(self.spark, config, store, compute, mirrors)
+        views = ViewSet(self.spark, config, store, compute, mirrors, analysed)
         views.log_modes()
         self.modes = {n: v.describe for n, v in views.views.items()}
         targets = targets_of(

@@ -41,7 +41,7 @@ from deltamv.state.keyed import KEY, KeyedTable, Mirror
 from deltamv.state.store import StateStore, ViewRecord
 from deltamv.views.expr import Unsupported
 from deltamv.views.ivm import AggregateOp, Attr, Batch, ViewMaintainer, W, compile_view, conform
-from deltamv.views.plan import ViewPlan, plan_views
+from deltamv.views.plan import Analysed, ViewPlan, plan_views
 
 __all__ = ["MaintainedView", "ViewSet"]
 
@@ -94,13 +94,14 @@ class ViewSet:
         store: StateStore,
         compute: Compute,
         mirrors: Mapping[str, Mirror],
+        analysed: Analysed | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.compute = compute
         self.mirrors = mirrors
         self._files: MirrorFiles | None = None  # shared by full evaluations (see below)
-        plans = plan_views(spark, config)
+        plans = plan_views(spark, config, analysed)
         self.views: dict[str, MaintainedView] = {}
         for name, view in config.views.items():
             plan = plans[name]

@@ -31,6 +31,7 @@ from pyspark.sql.types import StructType
 from deltamv.config import JobConfig
 
 __all__ = [
+    "Analysed",
     "Attr",
     "Expr",
     "Node",
@@ -291,21 +292,63 @@ class _Leaves:
         return self.by_path.get(os.path.realpath(path))
 
 
-def plan_views(spark: SparkSession, config: JobConfig) -> dict[str, ViewPlan]:
+class Analysed:
+    """Every view's SQL analysed over empty tables of the declared schemas, kept for
+    planning (:func:`plan_views`): the job checks the SQL before it opens anything, and
+    plans it once it has opened, without analysing it twice.
+
+    Each source table is registered as a temporary view of its name over an empty Parquet
+    folder of its schema (replacing temporary views of the same names in this session)
+    until :meth:`close` (or the end of a ``with`` block) drops the views and the folders.
+    """
+
+    def __init__(self, spark: SparkSession, config: JobConfig) -> None:
+        self.spark = spark
+        self.config = config
+        self.leaves = _Leaves(spark, config)
+        self._frames: dict[str, DataFrame] = {}
+        self._closed = False
+
+    def frame(self, name: str) -> DataFrame:
+        """View ``name``'s SQL, analysed; raises Spark's error when it cannot be."""
+        df = self._frames.get(name)
+        if df is None:
+            df = self.spark.sql(self.config.views[name].sql)
+            df.schema  # noqa: B018 - forces the analysis
+            self._frames[name] = df
+        return df
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for name in self.config.tables:
+            self.spark.catalog.dropTempView(name)
+        shutil.rmtree(self.leaves.root, ignore_errors=True)
+
+    def __enter__(self) -> Analysed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def plan_views(
+    spark: SparkSession, config: JobConfig, analysed: Analysed | None = None
+) -> dict[str, ViewPlan]:
     """Every view's optimized plan, with its leaves mapped to source tables.
 
-    Registers each source table as a temporary view over an empty Parquet folder of its
-    schema while it plans (replacing temp views of the same names in this session); the
-    views and the folders are gone when it returns.
+    Plans the views ``analysed`` holds (closing it), else analyses them first; either
+    way the tables' temporary views and folders are gone when it returns.
     """
-    leaves = _Leaves(spark, config)
+    analysed = analysed or Analysed(spark, config)
     conf = spark.conf
     previous = {key: conf.get(key, None) for key in _PLANNING}
     for key, setting in _PLANNING.items():
         conf.set(key, setting)
     try:
         return {
-            name: _plan_one(spark, name, view.sql, leaves) for name, view in config.views.items()
+            name: _plan_one(name, analysed.frame(name), analysed.leaves) for name in config.views
         }
     finally:
         for key, value in previous.items():
@@ -313,13 +356,10 @@ def plan_views(spark: SparkSession, config: JobConfig) -> dict[str, ViewPlan]:
                 conf.unset(key)
             else:
                 conf.set(key, value)
-        for name in config.tables:
-            spark.catalog.dropTempView(name)
-        shutil.rmtree(leaves.root, ignore_errors=True)
+        analysed.close()
 
 
-def _plan_one(spark: SparkSession, name: str, sql: str, leaves: _Leaves) -> ViewPlan:
-    df: DataFrame = spark.sql(sql)
+def _plan_one(name: str, df: DataFrame, leaves: _Leaves) -> ViewPlan:
     jvm = df._jdf.queryExecution().optimizedPlan()
     found = jvm.collectLeaves()
     tables = [leaves.table_of(found.apply(i)) for i in range(found.size())]

@@ -3,63 +3,62 @@
 from __future__ import annotations
 
 from pyspark.errors import PySparkException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql.types import BooleanType
 
 from deltamv.config import JobConfig
 from deltamv.errors import ConfigError, first_line
 from deltamv.schema import alike_names
 from deltamv.views.ivm import W as WEIGHT
+from deltamv.views.plan import Analysed
 
 
-def register_empty_tables(spark: SparkSession, config: JobConfig) -> dict[str, DataFrame]:
-    frames = {}
-    for name, table in config.tables.items():
-        df = spark.createDataFrame([], table.schema.to_ddl())
-        df.createOrReplaceTempView(name)
-        frames[name] = df
-    return frames
-
-
-def check_sql(spark: SparkSession, config: JobConfig) -> None:
+def check_sql(spark: SparkSession, config: JobConfig) -> Analysed:
     """Analyse every view's and invariant's SQL over empty tables of the declared schemas.
 
     Raises ConfigError naming ``views.<name>.sql`` (or the invariant's key) when the SQL
-    does not parse or names a table or column that is not declared.
+    does not parse or names a table or column that is not declared. Returns the views
+    analysed, for :func:`~deltamv.views.plan.plan_views` (close it if they are not planned).
     """
-    register_empty_tables(spark, config)
-    views: dict[str, DataFrame] = {}
-    for name, view in config.views.items():
-        try:
-            views[name] = spark.sql(view.sql)
-            views[name].schema  # noqa: B018 - forces analysis
-        except PySparkException as exc:
-            raise ConfigError(f"views.{name}.sql", first_line(exc), source=config.origin) from None
-        names = views[name].schema.names
-        if not names:
-            raise ConfigError(
-                f"views.{name}.sql", "the query returns no columns", source=config.origin
-            )
-        if any(n.lower() == WEIGHT for n in names):
-            raise ConfigError(
-                f"views.{name}.sql",
-                f"the query returns a column named {WEIGHT!r}, the name the job gives a"
-                " change's weight; name it otherwise with AS",
-                source=config.origin,
-            )
-        twice = alike_names(names)
-        if twice:
-            raise ConfigError(
-                f"views.{name}.sql",
-                f"the query returns {' and '.join(map(repr, twice))}: a Delta table's columns"
-                " need distinct names (case aside); name them apart with AS",
-                source=config.origin,
-            )
-    for name, inv in config.invariants.items():
-        views[inv.view].createOrReplaceTempView(inv.view)
-        analyse_invariant(spark, config, name)
-    for name in config.views:
-        spark.catalog.dropTempView(name)
+    analysed = Analysed(spark, config)
+    try:
+        for name in config.views:
+            _check_view(analysed, name)
+        for name, inv in config.invariants.items():
+            analysed.frame(inv.view).createOrReplaceTempView(inv.view)
+            analyse_invariant(spark, config, name)
+    except BaseException:
+        analysed.close()
+        raise
+    finally:
+        for name in config.views:
+            spark.catalog.dropTempView(name)
+    return analysed
+
+
+def _check_view(analysed: Analysed, name: str) -> None:
+    config = analysed.config
+    try:
+        names = analysed.frame(name).schema.names
+    except PySparkException as exc:
+        raise ConfigError(f"views.{name}.sql", first_line(exc), source=config.origin) from None
+    if not names:
+        raise ConfigError(f"views.{name}.sql", "the query returns no columns", source=config.origin)
+    if any(n.lower() == WEIGHT for n in names):
+        raise ConfigError(
+            f"views.{name}.sql",
+            f"the query returns a column named {WEIGHT!r}, the name the job gives a"
+            " change's weight; name it otherwise with AS",
+            source=config.origin,
+        )
+    twice = alike_names(names)
+    if twice:
+        raise ConfigError(
+            f"views.{name}.sql",
+            f"the query returns {' and '.join(map(repr, twice))}: a Delta table's columns"
+            " need distinct names (case aside); name them apart with AS",
+            source=config.origin,
+        )
 
 
 def analyse_invariant(spark: SparkSession, config: JobConfig, name: str) -> None:
