@@ -219,9 +219,11 @@ def _kind(p: psutil.Process) -> str:
 
 @contextlib.contextmanager
 def spark_session(conf: Mapping[str, str] | None = None) -> Iterator[Any]:
+    from deltamv import warm_runner
     from deltamv.session import build_spark
 
     spark = build_spark(conf=dict(conf or {}))
+    warm_runner.serve(spark)  # each run's source runner forked warm, as `deltamv run` has it
     try:
         yield spark
     finally:

@@ -16,9 +16,11 @@ pytest_plugins = ["tests.views.fixtures"]
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One SparkSession for the whole run, built by the project's own factory."""
+    from deltamv import warm_runner
     from deltamv.session import build_spark
 
     session = build_spark(app_name="deltamv-tests", conf={"spark.sql.shuffle.partitions": "2"})
+    warm_runner.serve(session)  # the jobs' source runners forked warm, as `deltamv run` has them
     yield session
     session.stop()
 

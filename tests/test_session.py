@@ -5,11 +5,14 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
+from deltamv import warm_runner
 from deltamv.delta.spark import CATALOG, EXTENSION, fetched_jars
 from deltamv.python_worker import installed_zip, worker_python
 from deltamv.session import (
@@ -164,6 +167,98 @@ def test_the_streaming_source_runner_ends_quietly_when_spark_hangs_up(
         assert text == "" and proc.returncode == 1, text
     else:
         assert text.count("Traceback") >= 2 and "BrokenPipeError" in text, text
+
+
+@pytest.mark.parametrize("end", ["hang up", "SIGTERM"])
+def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, end: str) -> None:
+    """The launcher asks the warm server of its parent (standing in for Spark's JVM) for the
+    runner: a child of the server, in the launcher's folder, with the launcher's streams
+    and environment, ended as a runner Spark started itself ends."""
+    launcher = worker_python(tmp_path / "cache")
+    assert launcher is not None
+    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "deltamv.warm_runner", path, str(os.getpid()), "1"]
+    )
+    work = tmp_path / "work"
+    work.mkdir()
+    sock_path = str(tmp_path / "worker.sock")
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
+            jvm.bind(sock_path)
+            jvm.listen(1)
+            assert _bound(path)  # (a launcher asking earlier would wait for it)
+            proc = subprocess.Popen(
+                [launcher, "-m", RUNNER], cwd=work,
+                env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            jvm.settimeout(60)
+            conn, _ = jvm.accept()
+            with conn:
+                pid = int.from_bytes(conn.recv(4), "big")  # the runner's process id
+                runner = psutil.Process(pid)
+                assert runner.ppid() == server.pid != proc.pid
+                assert runner.cwd() == str(work)
+                if end == "SIGTERM":  # as Spark ends a runner: the launcher passes it on
+                    proc.terminate()
+                    runner.wait(timeout=60)
+            _, err = proc.communicate(timeout=60)
+        assert err.decode(errors="replace") == "" and proc.returncode == 1
+        assert not psutil.pid_exists(pid) or runner.status() == psutil.STATUS_ZOMBIE
+        assert server.wait(timeout=60) == 0  # its one fork served, it ends
+        assert not os.path.exists(path)
+    finally:
+        server.kill()
+
+
+def test_the_launcher_runs_the_runner_itself_when_the_server_refuses(tmp_path: Path) -> None:
+    launcher = worker_python(tmp_path / "cache")
+    assert launcher is not None
+    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
+    sock_path = str(tmp_path / "worker.sock")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as refusing:
+        refusing.bind(path)
+        refusing.listen(1)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
+            jvm.bind(sock_path)
+            jvm.listen(1)
+            proc = subprocess.Popen(
+                [launcher, "-m", RUNNER],
+                env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )  # fmt: skip
+            refusing.settimeout(60)
+            asked, _ = refusing.accept()
+            asked.close()  # a server that ends before it forks
+            jvm.settimeout(60)
+            conn, _ = jvm.accept()
+            with conn:
+                pid = int.from_bytes(conn.recv(4), "big")
+                assert pid == proc.pid  # the launcher's own process, become the runner
+            _, err = proc.communicate(timeout=60)
+    assert err.decode(errors="replace") == "" and proc.returncode == 1
+
+
+def test_a_session_with_a_local_master_gets_a_warm_server(spark: Any) -> None:
+    jvm = int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    assert warm_runner.serve(spark)
+    path = warm_runner.socket_path(os.path.dirname(spark.sparkContext.pythonExec), jvm)
+    assert _bound(path)
+    assert warm_runner.serve(spark)
+    servers = [
+        p for p in psutil.Process().children()
+        if "deltamv.warm_runner" in p.cmdline() and str(jvm) in p.cmdline()
+    ]  # fmt: skip
+    assert len(servers) == 1  # one per JVM
+
+
+def _bound(path: str) -> bool:
+    """Whether a server's socket appears at ``path`` within a minute."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return os.path.exists(path)
 
 
 def test_only_a_closed_socket_ends_the_runner_quietly() -> None:

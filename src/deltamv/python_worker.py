@@ -32,15 +32,65 @@ from deltamv.source_runner import RUNNER
 
 log = logging.getLogger("deltamv.session")
 
+LAUNCHER_PREFIX = "python-worker-"  # the launcher's file name, before its hash
+
 _LAUNCHER = """#!{python} -S
 # deltamv's launcher of Spark's Python workers: {python} without {zip} on PYTHONPATH
 # (deltamv/python_worker.py says why). Written by deltamv, again at a start if missing.
 import os, sys
 entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
 os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.realpath(e) != {zip!r})
+
+
+def forked():
+    # The runner forked by the warm server of this JVM, if one runs (deltamv/warm_runner.py):
+    # returns only when none was forked, and the runner is to run here.
+    import json, signal, socket
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner-%d.sock" % os.getppid())
+    body = json.dumps(dict(argv=["-m"], cwd=os.getcwd(), env=dict(os.environ))).encode()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(2)
+        sock.connect(path)
+        socket.send_fds(sock, [len(body).to_bytes(4, "big")], [0, 1, 2])
+        sock.settimeout(None)  # sent whole, the request is served: no timeout from here
+        sock.sendall(body)
+        pid = number(sock)
+    except OSError:
+        pid = None
+    if pid is None:
+        sock.close()
+        return
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda signum, _: kill(pid, signum))
+    status = number(sock)
+    os._exit(1 if status is None else status)
+
+
+def number(sock):
+    data = b""
+    while len(data) < 4:
+        try:
+            chunk = sock.recv(4 - len(data))
+        except OSError:
+            chunk = b""
+        if not chunk:
+            return None
+        data += chunk
+    return int.from_bytes(data, "big")
+
+
+def kill(pid, signum):
+    try:
+        os.kill(pid, signum)
+    except OSError:
+        pass
+
+
 args = sys.argv[1:]
 if args == ["-m", {runner!r}]:  # ended quietly when Spark hangs up (deltamv/source_runner.py)
     args = ["-m", "deltamv.source_runner"]
+    forked()
 os.execv({python!r}, [{python!r}] + args)
 """
 
@@ -76,7 +126,7 @@ def worker_python(folder: Path | None = None) -> str | None:
     except RuntimeError as error:  # no home folder
         log.info("Python workers import pyspark from its zip (%s)", error)
         return None
-    path = folder / f"python-worker-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    path = folder / f"{LAUNCHER_PREFIX}{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     part = folder / f".{path.name}.{os.getpid()}"  # written, then renamed to ``path``
     try:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from typing import Any
 from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
-from deltamv import class_archive
+from deltamv import class_archive, warm_runner
 from deltamv.config import ANSI, TIME_ZONE, JobConfig, is_utc
 from deltamv.delta import spark as delta_spark
 from deltamv.errors import DeltaMVError
@@ -128,6 +128,8 @@ def build_spark(
     from deltamv.changelog.source import register
 
     register(spark)
+    if one_query:  # its query's source runner forked by a warm process (deltamv.warm_runner)
+        warm_runner.serve(spark, forks=1)
     return spark
 
 
