@@ -59,6 +59,35 @@ def test_pending_rows_are_found_taken_and_dropped_by_transaction(store: StateSto
     assert store.pending.take(txns((1, 20), (2, 10))) == {}
 
 
+@pytest.mark.parametrize("asked", [1, 50], ids=["fewer asked than held", "more asked"])
+def test_transactions_are_found_the_same_whichever_side_is_larger(
+    store: StateStore, asked: int
+) -> None:
+    """Pending and finished transactions looked up by a batch's: matched in SQLite when
+    the state holds more than the batch asks about, read whole and matched in Arrow when
+    it holds fewer."""
+    with store.transaction():
+        for start in (10, 20, 30):
+            store.pending.add("a", prewrites(1, start, start))
+        store.done.add(pa.table({
+            "region": pa.array([1, 1, 2], pa.int64()),
+            "start_ts": pa.array([10, 40, 40], pa.int64()),
+            "commit_ts": pa.array([15, None, 45], pa.int64()),
+        }))  # fmt: skip
+    wanted = [(1, 20), (2, 40)] + [(3, 1000 + i) for i in range(asked - 1)]
+    assert store.pending.known(txns(*wanted)).to_pylist() == [{"region": 1, "start_ts": 20}]
+    assert store.done.lookup(txns(*wanted)).to_pylist() == [
+        {"region": 2, "start_ts": 40, "commit_ts": 45}
+    ]
+    with store.transaction():
+        taken = store.pending.take(txns(*wanted))
+        store.pending.drop(txns((1, 30), *wanted[2:]))
+    assert taken["a"].column("id").to_pylist() == [20]
+    assert store.pending.known(txns((1, 10), (1, 20), (1, 30))).to_pylist() == [
+        {"region": 1, "start_ts": 10}
+    ]
+
+
 def test_pending_rows_of_one_chunk_leave_the_others_in_it(store: StateStore) -> None:
     both = pa.concat_tables([prewrites(1, 10, 1), prewrites(1, 20, 2)])
     with store.transaction():

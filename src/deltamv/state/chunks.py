@@ -86,23 +86,42 @@ def rename_chunk_columns(db: sqlite3.Connection, renames: Mapping[str, Mapping[s
     return count
 
 
-def _temp_txns(db: sqlite3.Connection, txns: pa.Table) -> None:
+def _of_txns(
+    db: sqlite3.Connection, table: str, columns: Sequence[str], txns: pa.Table
+) -> list[tuple[Any, ...]]:
+    """The distinct ``columns`` of the rows of ``table`` (``pending`` or ``done``) whose
+    ``(region, start_ts)`` is one of ``txns``.
+
+    A table that holds no more rows than ``txns`` has (the open and the recently finished
+    transactions, against a batch's) is read whole and matched here; a larger one is
+    joined in SQLite with ``txns`` in a temporary table."""
+    held = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
+    if held == 0 or txns.num_rows == 0:
+        return []
+    if held <= txns.num_rows:
+        names = list(dict.fromkeys(["region", "start_ts", *columns]))
+        rows = db.execute(f"SELECT {', '.join(names)} FROM {table}").fetchall()
+        everything = pa.Table.from_pylist(
+            [dict(zip(names, r, strict=True)) for r in rows], schema=_schema_of(names)
+        )
+        asked = txns.select(["region", "start_ts"])
+        hit = everything.join(asked, ["region", "start_ts"], join_type="left semi")
+        return list(dict.fromkeys(zip(*(hit.column(c).to_pylist() for c in columns), strict=True)))
     db.execute("CREATE TEMP TABLE IF NOT EXISTS _txns (region INTEGER, start_ts INTEGER)")
     db.execute("DELETE FROM _txns")
     db.executemany(
         "INSERT INTO _txns VALUES (?, ?)",
         zip(txns.column("region").to_pylist(), txns.column("start_ts").to_pylist(), strict=True),
     )
-
-
-def _of_txns(db: sqlite3.Connection, table: str, columns: str, txns: pa.Table) -> list[Any]:
-    """The distinct ``columns`` of the rows of ``table`` whose ``(region, start_ts)`` is
-    one of ``txns``; ``txns`` stays in the temporary table ``_txns`` for the caller."""
-    _temp_txns(db, txns)
+    picked = ", ".join(f"x.{c}" for c in columns)
     return db.execute(
-        f"SELECT DISTINCT {columns} FROM {table} x JOIN _txns t"
+        f"SELECT DISTINCT {picked} FROM {table} x JOIN _txns t"
         " ON x.region = t.region AND x.start_ts = t.start_ts"
     ).fetchall()
+
+
+def _schema_of(names: Sequence[str]) -> pa.Schema:
+    return pa.schema([(n, pa.int64()) for n in names])  # (every column of pending and done)
 
 
 class PendingTxns:
@@ -129,16 +148,17 @@ class PendingTxns:
         """Which of ``txns`` (region, start_ts) have pending rows."""
         if txns.num_rows == 0:
             return _TXN_SCHEMA.empty_table()
-        rows = _of_txns(self.db, "pending", "x.region, x.start_ts", txns)
+        rows = _of_txns(self.db, "pending", ["region", "start_ts"], txns)
         return pa.Table.from_pylist(
             [{"region": r, "start_ts": s} for r, s in rows], schema=_TXN_SCHEMA
         )
 
     def take(self, txns: pa.Table) -> dict[str, pa.Table]:
         """Remove the rows of ``txns`` from the pending set and return them, per table."""
-        if txns.num_rows == 0:
+        found = _of_txns(self.db, "pending", ["region", "start_ts", "chunk"], txns)
+        if not found:
             return {}
-        chunks = self._chunks_of(txns)
+        chunks = list(dict.fromkeys(chunk for _, _, chunk in found))
         out: dict[str, list[pa.Table]] = {}
         wanted = txns.select(["region", "start_ts"])
         for chunk in chunks:
@@ -148,13 +168,12 @@ class PendingTxns:
             rows = from_blob(data)
             hit = rows.join(wanted, ["region", "start_ts"], join_type="left semi")
             out.setdefault(table, []).append(hit)
-        self._forget(chunks)
+        self._forget(found)
         return {t: pa.concat_tables(parts) for t, parts in out.items()}
 
     def drop(self, txns: pa.Table) -> None:
         """Forget the rows of ``txns`` (rolled back)."""
-        if txns.num_rows:
-            self._forget(self._chunks_of(txns))
+        self._forget(_of_txns(self.db, "pending", ["region", "start_ts", "chunk"], txns))
 
     def drop_region(self, region: int) -> None:
         """Forget every pending row of a retired region (its successors re-emit them)."""
@@ -170,17 +189,14 @@ class PendingTxns:
     def count(self) -> int:
         return int(self.db.execute("SELECT COUNT(*) FROM pending").fetchone()[0])
 
-    def _chunks_of(self, txns: pa.Table) -> list[int]:
-        """The chunks holding rows of ``txns`` (left in the temporary ``_txns`` table)."""
-        return [r[0] for r in _of_txns(self.db, "pending", "x.chunk", txns)]
-
-    def _forget(self, chunks: Sequence[int]) -> None:
-        """Drop the transactions in ``_txns`` from the index, then their unused chunks."""
-        self.db.execute(
-            "DELETE FROM pending WHERE EXISTS (SELECT 1 FROM _txns t"
-            " WHERE t.region = pending.region AND t.start_ts = pending.start_ts)"
+    def _forget(self, found: Sequence[tuple[int, int, int]]) -> None:
+        """Drop ``found`` (region, start_ts, chunk) from the index, then the chunks no
+        open transaction refers to any more."""
+        self.db.executemany(
+            "DELETE FROM pending WHERE region = ? AND start_ts = ?",
+            dict.fromkeys((region, start_ts) for region, start_ts, _ in found),
         )
-        self._collect(chunks)
+        self._collect(list(dict.fromkeys(chunk for _, _, chunk in found)))
 
     def _collect(self, chunks: Sequence[int]) -> None:
         """Delete the chunks no open transaction refers to any more."""
@@ -203,7 +219,7 @@ class DoneTxns:
         schema = pa.schema([*_TXN_SCHEMA, ("commit_ts", pa.int64())])
         if txns.num_rows == 0:
             return schema.empty_table()
-        rows = _of_txns(self.db, "done", "x.region, x.start_ts, x.commit_ts", txns)
+        rows = _of_txns(self.db, "done", ["region", "start_ts", "commit_ts"], txns)
         names = ("region", "start_ts", "commit_ts")
         return pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows], schema=schema)
 
