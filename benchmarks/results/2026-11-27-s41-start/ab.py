@@ -1,10 +1,19 @@
-"""floor and deltamv (x1000) alternated in one warm session; BENCH names the benchmarks folder."""
-import sys, time, json, os
+"""The floor and deltamv (1000 segments a batch) alternated in one warm session.
+
+BENCH names the benchmarks folder of the tree under test (PYTHONPATH its ``src``).
+Usage: ab.py ROUNDS TAG; prints one JSON line per run."""
+
+import json
+import os
+import sys
+
 sys.path.insert(0, os.environ["BENCH"])
 from _common import WORK, simulated, spark_session, write_config
 from deltamv_run import run_job
 from floor import run_floor
-rounds = int(sys.argv[1]); tag = sys.argv[2]
+
+rounds = int(sys.argv[1])
+tag = sys.argv[2]
 specs = {"bank-10k": (10_000, 13_000), "bank-100k": (100_000, 12_000)}
 logs = {n: simulated(n, seed=1, txns=t, accounts=a) for n, (a, t) in specs.items()}
 with spark_session({}) as spark:
@@ -16,6 +25,10 @@ with spark_session({}) as spark:
             cfg = write_config(sim, WORK / "runs" / f"ab-{n}-1000", max_segments=1000)
             load = os.getloadavg()[0]
             mv = run_job(spark, cfg, keep_reports=False)
-            print(json.dumps(dict(tag=tag, log=n, round=r, load=round(load, 2), floor=fl["seconds"],
-                  mv=round(mv["seconds"], 3), batches=round(mv["batch_seconds"], 3),
-                  ratio=round(fl["seconds"] / mv["seconds"], 3))), flush=True)
+            row = {
+                "tag": tag, "log": n, "round": r, "load": round(load, 2),
+                "floor": fl["seconds"], "mv": round(mv["seconds"], 3),
+                "batches": round(mv["batch_seconds"], 3),
+                "ratio": round(fl["seconds"] / mv["seconds"], 3),
+            }  # fmt: skip
+            print(json.dumps(row), flush=True)
