@@ -152,15 +152,9 @@ def test_the_streaming_source_runner_ends_quietly_when_spark_hangs_up(
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
         server.bind(sock_path)
         server.listen(1)
-        proc = subprocess.Popen(
-            [launcher if through == "launcher" else sys.executable, "-m", RUNNER],
-            env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        )  # fmt: skip
-        server.settimeout(60)
-        conn, _ = server.accept()
-        with conn:
-            assert len(conn.recv(4)) == 4  # the runner's process id: it is connected
+        proc = _start_runner(launcher if through == "launcher" else sys.executable, sock_path)
+        conn, _ = _connected(server)  # (the runner's process id read: it is connected)
+        conn.close()
         _, err = proc.communicate(timeout=60)
     text = err.decode(errors="replace")
     if through == "launcher":
@@ -188,15 +182,9 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
             jvm.bind(sock_path)
             jvm.listen(1)
             assert _bound(path)  # (a launcher asking earlier would wait for it)
-            proc = subprocess.Popen(
-                [launcher, "-m", RUNNER], cwd=work,
-                env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )  # fmt: skip
-            jvm.settimeout(60)
-            conn, _ = jvm.accept()
+            proc = _start_runner(launcher, sock_path, cwd=work)
+            conn, pid = _connected(jvm)
             with conn:
-                pid = int.from_bytes(conn.recv(4), "big")  # the runner's process id
                 runner = psutil.Process(pid)
                 assert runner.ppid() == server.pid != proc.pid
                 assert runner.cwd() == str(work)
@@ -205,7 +193,10 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
                     runner.wait(timeout=60)
             _, err = proc.communicate(timeout=60)
         assert err.decode(errors="replace") == "" and proc.returncode == 1
-        assert not psutil.pid_exists(pid) or runner.status() == psutil.STATUS_ZOMBIE
+        _, alive = psutil.wait_procs(
+            [runner], timeout=60
+        )  # (no zombie: the server ignores SIGCHLD)
+        assert not alive
         assert server.wait(timeout=60) == 0  # its one fork served, it ends
         assert not os.path.exists(path)
     finally:
@@ -223,18 +214,12 @@ def test_the_launcher_runs_the_runner_itself_when_the_server_refuses(tmp_path: P
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
             jvm.bind(sock_path)
             jvm.listen(1)
-            proc = subprocess.Popen(
-                [launcher, "-m", RUNNER],
-                env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            )  # fmt: skip
+            proc = _start_runner(launcher, sock_path)
             refusing.settimeout(60)
             asked, _ = refusing.accept()
             asked.close()  # a server that ends before it forks
-            jvm.settimeout(60)
-            conn, _ = jvm.accept()
+            conn, pid = _connected(jvm)
             with conn:
-                pid = int.from_bytes(conn.recv(4), "big")
                 assert pid == proc.pid  # the launcher's own process, become the runner
             _, err = proc.communicate(timeout=60)
     assert err.decode(errors="replace") == "" and proc.returncode == 1
@@ -251,6 +236,25 @@ def test_a_session_with_a_local_master_gets_a_warm_server(spark: Any) -> None:
         if "deltamv.warm_runner" in p.cmdline() and str(jvm) in p.cmdline()
     ]  # fmt: skip
     assert len(servers) == 1  # one per JVM
+
+
+def _start_runner(python: str, sock_path: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    """Spark's runner of a Python streaming source, started as Spark starts it, to connect
+    to ``sock_path`` (standing in for the JVM's socket)."""
+    return subprocess.Popen(
+        [python, "-m", RUNNER], cwd=cwd,
+        env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+
+
+def _connected(jvm: socket.socket) -> tuple[socket.socket, int]:
+    """The runner's connection to ``jvm``, and the process id it sends first."""
+    jvm.settimeout(60)
+    conn, _ = jvm.accept()
+    pid = conn.recv(4)
+    assert len(pid) == 4
+    return conn, int.from_bytes(pid, "big")
 
 
 def _bound(path: str) -> bool:
