@@ -238,6 +238,19 @@ def test_a_session_with_a_local_master_gets_a_warm_server(spark: Any) -> None:
     assert len(servers) == 1  # one per JVM
 
 
+def test_sockets_of_servers_whose_jvm_is_gone_are_removed(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # (a process id no longer in use, unless reused at once)
+    stale, live = (Path(warm_runner.socket_path(str(tmp_path), p)) for p in (gone.pid, os.getpid()))
+    other = tmp_path / "runner-notes.txt"
+    for path in (stale, live):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+            bound.bind(str(path))  # (the file stays when the socket is closed)
+    other.write_text("")
+    assert warm_runner.clear_stale(str(tmp_path)) == 1
+    assert not stale.exists() and live.exists() and other.exists()
+
+
 def _start_runner(python: str, sock_path: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:
     """Spark's runner of a Python streaming source, started as Spark starts it, to connect
     to ``sock_path`` (standing in for the JVM's socket)."""

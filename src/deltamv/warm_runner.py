@@ -30,6 +30,7 @@ import ctypes
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -43,6 +44,7 @@ log = logging.getLogger("deltamv.session")
 
 _POLL = 2.0  # seconds between its looks at its parent and its JVM
 _PR_SET_PDEATHSIG = 1
+_SOCKET = re.compile(r"runner-(\d+)\.sock")  # a server's socket, named by its JVM's id
 
 _servers: dict[int, subprocess.Popen[bytes]] = {}  # JVM process id -> its server
 
@@ -65,7 +67,9 @@ def serve(spark: Any, forks: int | None = None) -> bool:
     running = _servers.get(jvm)
     if running is not None and running.poll() is None:
         return True
-    path = socket_path(os.path.dirname(launcher), jvm)
+    folder = os.path.dirname(launcher)
+    clear_stale(folder)
+    path = socket_path(folder, jvm)
     if len(path.encode()) > 100:  # (a Unix socket's path holds 107 bytes)
         log.info("no warm runner: the socket path %s is too long", path)
         return False
@@ -74,6 +78,21 @@ def serve(spark: Any, forks: int | None = None) -> bool:
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     return True
+
+
+def clear_stale(folder: str) -> int:
+    """Remove the sockets in ``folder`` of servers whose JVM is gone (a server killed
+    outright leaves its socket behind); returns how many."""
+    removed = 0
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            found = _SOCKET.fullmatch(entry.name)
+            if found is None or _alive(int(found.group(1))):
+                continue
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed += 1
+    return removed
 
 
 # -- the server ---------------------------------------------------------------------------
