@@ -33,6 +33,9 @@ from deltamv.source_runner import RUNNER
 log = logging.getLogger("deltamv.session")
 
 LAUNCHER_PREFIX = "python-worker-"  # the launcher's file name, before its hash
+# A warm server's socket in the launcher's folder, by its JVM's process id (the
+# launcher's parent; deltamv/warm_runner.py).
+RUNNER_SOCKET = "runner-%d.sock"
 
 _LAUNCHER = """#!{python} -S
 # deltamv's launcher of Spark's Python workers: {python} without {zip} on PYTHONPATH
@@ -46,7 +49,7 @@ def forked():
     # The runner forked by the warm server of this JVM, if one runs (deltamv/warm_runner.py):
     # returns only when none was forked, and the runner is to run here.
     import json, signal, socket
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "runner-%d.sock" % os.getppid())
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), {socket!r} % os.getppid())
     body = json.dumps(dict(argv=["-m"], cwd=os.getcwd(), env=dict(os.environ))).encode()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -120,7 +123,7 @@ def worker_python(folder: Path | None = None) -> str | None:
         # Linux cuts a "#!" line at 127 bytes (its "-S" with it) and splits it at spaces.
         log.info("Python workers import pyspark from its zip (no #! line for %s)", sys.executable)
         return None
-    text = _LAUNCHER.format(python=sys.executable, zip=zipped, runner=RUNNER)
+    text = _LAUNCHER.format(python=sys.executable, zip=zipped, runner=RUNNER, socket=RUNNER_SOCKET)
     try:
         folder = folder or _cache()
     except RuntimeError as error:  # no home folder

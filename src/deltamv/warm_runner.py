@@ -38,20 +38,20 @@ import sys
 import traceback
 from typing import Any
 
-from deltamv.python_worker import LAUNCHER_PREFIX
+from deltamv.python_worker import LAUNCHER_PREFIX, RUNNER_SOCKET
 
 log = logging.getLogger("deltamv.session")
 
 _POLL = 2.0  # seconds between its looks at its parent and its JVM
 _PR_SET_PDEATHSIG = 1
-_SOCKET = re.compile(r"runner-(\d+)\.sock")  # a server's socket, named by its JVM's id
+_SOCKET = re.compile(re.escape(RUNNER_SOCKET).replace("%d", r"(\d+)"))  # (its JVM's id)
 
 _servers: dict[int, subprocess.Popen[bytes]] = {}  # JVM process id -> its server
 
 
 def socket_path(folder: str, jvm_pid: int) -> str:
     """Where the server of the JVM ``jvm_pid`` listens (the launcher builds the same)."""
-    return os.path.join(folder, f"runner-{jvm_pid}.sock")
+    return os.path.join(folder, RUNNER_SOCKET % jvm_pid)
 
 
 def serve(spark: Any, forks: int | None = None) -> bool:
