@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -9,6 +10,7 @@ from hypothesis import strategies as st
 from deltamv.compute import Compute
 from deltamv.errors import BadRecordError
 from deltamv.pipeline.ingest import IngestResult, ingest
+from deltamv.pipeline.match import _rewritten
 from deltamv.state import StateStore
 
 from .events import commit, committed, group, init, prewrite, resolved, retired, rollback
@@ -179,6 +181,43 @@ def test_history_violations_are_bad_records_and_leave_no_trace(
     assert "region-1/000001.jsonl:" in str(info.value)
     assert state.progress().batch == -1
     assert state.regions() == {}
+
+
+@pytest.mark.parametrize(
+    ("values", "rewritten_at"),
+    [
+        ([1.5, 1.5, 1.5], None),  # retransmitted
+        ([float("nan"), float("nan")], None),  # NaN is NaN here, as in SQL's grouping
+        ([0.0, -0.0], None),  # and the two zeros are equal
+        ([None, None], None),
+        ([1.5, None], 1),
+        ([None, 1.5], 1),
+        ([float("nan"), 1.5], 1),
+        ([1.5, 1.5, 2.5, 1.5], 2),
+    ],
+)
+def test_a_prewrite_again_is_rewritten_only_with_another_row(
+    values: list[float | None], rewritten_at: int | None
+) -> None:
+    # The rows arrive in another order than their events (``ev``), beside a key written
+    # once with another value; the first by event position is the one that counts.
+    n = len(values)
+    evs = pa.chunked_array([pa.array([*(10 * i for i in reversed(range(n))), 5], pa.int64())])
+    prewrites = pa.table({
+        "region": [1] * (n + 1), "start_ts": [7] * (n + 1),
+        "key": ["a"] * n + ["b"], "type": ["PREWRITE"] * (n + 1),
+        "op": ["PUT"] * (n + 1), "v": pa.array([*reversed(values), 9.0], pa.float64()),
+    })  # fmt: skip
+    compute = Compute()
+    try:
+        found = _rewritten(compute, prewrites, evs)
+    finally:
+        compute.close()
+    if rewritten_at is None:
+        assert found is None
+    else:
+        assert found is not None and found.ev == 10 * rewritten_at
+        assert "PREWRITE of key 'a' by transaction 7 again, with another row" in found.reason
 
 
 # -- any legal interleaving gives the same released rows ---------------------------------

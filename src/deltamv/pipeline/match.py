@@ -408,6 +408,8 @@ def _rewritten(compute: Compute, prewrites: pa.Table, evs: pa.ChunkedArray) -> _
     the first one's: a retransmission repeats an event as it was, and a transaction
     writes each key once. ``evs``: the events' positions."""
     own = [c for c in prewrites.column_names if c not in ("region", "start_ts", "key", "type")]
+    if _as_first(prewrites, own, evs):  # (as every retransmission is: no query)
+        return None
     p = prewrites.select(own).rename_columns([f"v{i}" for i in range(len(own))])
     for name in ("region", "start_ts", "key"):
         p = p.append_column(f"_{name}", prewrites.column(name))
@@ -428,6 +430,39 @@ def _rewritten(compute: Compute, prewrites: pa.Table, evs: pa.ChunkedArray) -> _
         f"PREWRITE of key {row['_key']!r} by transaction {row['_start_ts']} again, with"
         " another row than before (a transaction writes each key once; a retransmission"
         " repeats the event as it was)"))  # fmt: skip
+
+
+_TXN_KEY = ["region", "start_ts", "key"]
+
+
+def _as_first(prewrites: pa.Table, own: list[str], evs: pa.ChunkedArray) -> bool:
+    """Whether every PREWRITE equals the first of its (region, start_ts, key) in each of
+    ``own``, by Arrow's equality (NULL as NULL). False wherever Arrow cannot tell as SQL
+    would (a NaN, a type it does not compare, a NULL in the key): SQL then decides."""
+    if any(prewrites.column(c).null_count for c in _TXN_KEY):
+        return False
+    keyed = prewrites.select(_TXN_KEY).append_column("_ev", evs)
+    rows = prewrites.take(pc.sort_indices(keyed, [(c, "ascending") for c in [*_TXN_KEY, "_ev"]]))
+    n = rows.num_rows
+    starts = np.zeros(n, dtype=bool)
+    starts[:1] = True
+    for c in _TXN_KEY:
+        column = rows.column(c)
+        moved = pc.not_equal(column.slice(1), column.slice(0, n - 1))
+        starts[1:] |= moved.to_numpy(zero_copy_only=False)
+    first = np.flatnonzero(starts)[np.cumsum(starts) - 1]
+    try:
+        for c in own:
+            a = rows.column(c)
+            b = a.take(first)
+            same = pc.or_(
+                pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b))
+            )
+            if not pc.all(same).as_py():
+                return False
+    except pa.ArrowNotImplementedError:
+        return False
+    return True
 
 
 def _first_per_key(prewrites: pa.Table) -> tuple[pa.Table, np.ndarray | None]:
