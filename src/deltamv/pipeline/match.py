@@ -471,18 +471,19 @@ def _first_per_key(prewrites: pa.Table) -> tuple[pa.Table, np.ndarray | None]:
     when there is none), for :func:`_rewritten` to compare."""
     if prewrites.num_rows < 2:
         return prewrites, None
-    numbered = prewrites.select(["region", "start_ts", "key"]).append_column(
+    numbered = prewrites.select(_TXN_KEY).append_column(
         "_n", pa.array(np.arange(prewrites.num_rows))
     )
-    keys = ["region", "start_ts", "key"]
     # (in Arrow: on a batch's few thousand rows a DuckDB query costs twice as much)
-    groups = numbered.group_by(keys, use_threads=False).aggregate([("_n", "min"), ("_n", "count")])
+    groups = numbered.group_by(_TXN_KEY, use_threads=False).aggregate(
+        [("_n", "min"), ("_n", "count")]
+    )
     if groups.num_rows == prewrites.num_rows:
         return prewrites, None
     firsts = prewrites.take(np.sort(groups.column("_n_min").to_numpy()))
     # the rows of the few groups repeated, found by a join against those groups alone
     twice = groups.filter(pc.greater(groups.column("_n_count"), 1)).column("_n_min")
-    repeated = numbered.join(numbered.take(twice).select(keys), keys, join_type="left semi")
+    repeated = numbered.join(numbered.take(twice).select(_TXN_KEY), _TXN_KEY, join_type="left semi")
     return firsts, np.sort(repeated.column("_n").to_numpy())
 
 
