@@ -24,6 +24,7 @@ region states the frontier reads.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -212,18 +213,32 @@ _FIRST = pc.ScalarAggregateOptions(skip_nulls=False)
 
 def _fates(txn_events: pa.Table, prior: pa.Table) -> pa.Table:
     """Per (region, start_ts) seen in the batch: its PREWRITEs here (``prewrites``), its
-    last event here (``lastev``), its first COMMIT or ROLLBACK here (``fev``, ``ftype``,
-    ``fcommit``; none if it finished before the batch), and how it finished before the
-    batch (``prior``, ``prior_commit``: NULL for a rollback). In Arrow: on a batch's few
+    first COMMIT or ROLLBACK here (``fev``, ``ftype``, ``fcommit``; none if it finished
+    before the batch), how it finished before the batch (``prior``, ``prior_commit``:
+    NULL for a rollback), and whether its events may break a rule of
+    ``_TXN_RULES_SQL`` (``may_break``: it finished before the batch, or has a PREWRITE
+    after its first finish here, a ROLLBACK after a first COMMIT, a COMMIT after a first
+    ROLLBACK, or COMMITs at two commit ts; one COMMIT or ROLLBACK per key, or one sent
+    again, breaks none). In Arrow: on a batch's few
     thousand transactions a DuckDB query of the same costs about three times as much."""
     kinds = txn_events.column("type")
-    prewrite = pc.cast(pc.equal(kinds, ev.PREWRITE), pa.int64())
+    no_ev = pa.scalar(None, pa.int64())
+
+    def where(kind: str, column: str) -> pa.ChunkedArray:  # the column, NULL but on ``kind``
+        return pc.if_else(pc.equal(kinds, kind), txn_events.column(column), no_ev)
+
+    per_event = pa.table({
+        **{c: txn_events.column(c) for c in _TXN},
+        "pw": pc.cast(pc.equal(kinds, ev.PREWRITE), pa.int64()),
+        "pw_ev": where(ev.PREWRITE, "ev"), "rb_ev": where(ev.ROLLBACK, "ev"),
+        "cm_ev": where(ev.COMMIT, "ev"), "cm_ts": where(ev.COMMIT, "commit_ts"),
+    })  # fmt: skip
+    aggregates = [("pw", "sum"), ("pw_ev", "max"), ("rb_ev", "max"), ("cm_ev", "max"),
+                  ("cm_ts", "min"), ("cm_ts", "max")]  # fmt: skip
     txns = (
-        txn_events.select([*_TXN, "ev"])
-        .append_column("pw", prewrite)
-        .group_by(_TXN, use_threads=False)
-        .aggregate([("pw", "sum"), ("ev", "max")])
-        .rename_columns([*_TXN, "prewrites", "lastev"])
+        per_event.group_by(_TXN, use_threads=False)
+        .aggregate(aggregates)
+        .rename_columns([*_TXN, "prewrites", "last_pw", "last_rb", "last_cm", "min_ts", "max_ts"])
     )
     # The events are in their order (``ev``): a transaction's first is its earliest.
     finishing = txn_events.filter(pc.is_in(kinds, pa.array([ev.COMMIT, ev.ROLLBACK])))
@@ -237,7 +252,20 @@ def _fates(txn_events: pa.Table, prior: pa.Table) -> pa.Table:
     before = before.append_column("_prior", pa.array([True] * before.num_rows, pa.bool_()))
     fates = txns.join(fin, _TXN, join_type="left outer").join(before, _TXN, join_type="left outer")
     earlier = pc.is_valid(fates.column("_prior"))
-    fates = fates.drop_columns(["_prior"]).append_column("prior", earlier)
+    fev = fates.column("fev")
+
+    def after(column: str) -> pa.ChunkedArray:
+        return pc.fill_null(pc.greater(fates.column(column), fev), False)
+
+    def first_is(kind: str) -> pa.ChunkedArray:
+        return pc.fill_null(pc.equal(fates.column("ftype"), kind), False)
+
+    two_ts = pc.fill_null(pc.not_equal(fates.column("min_ts"), fates.column("max_ts")), False)
+    may_break = functools.reduce(pc.or_, [
+        earlier, after("last_pw"), pc.and_(first_is(ev.COMMIT), after("last_rb")),
+        pc.and_(first_is(ev.ROLLBACK), after("last_cm")), two_ts,
+    ])  # fmt: skip
+    fates = fates.append_column("prior", earlier).append_column("may_break", may_break)
     for name in ("fev", "ftype", "fcommit"):  # finished before: not again here
         column = fates.column(name)
         fates = fates.set_column(
@@ -246,7 +274,7 @@ def _fates(txn_events: pa.Table, prior: pa.Table) -> pa.Table:
             pc.if_else(earlier, pa.scalar(None, column.type), column),
         )
     return fates.select(
-        [*_TXN, "prewrites", "lastev", "fev", "ftype", "fcommit", "prior", "prior_commit"]
+        [*_TXN, "prewrites", "fev", "ftype", "fcommit", "prior", "prior_commit", "may_break"]
     )
 
 
@@ -284,11 +312,8 @@ def _txn_violations(
     floor: int,
 ) -> list[_Violation]:
     found: list[_Violation] = []
-    # Each rule is about a transaction that finished before the batch (prior) or has an
-    # event here after its first COMMIT or ROLLBACK here (ev > fev): only those are
-    # looked at, usually none.
-    after = pc.fill_null(pc.greater(fates.column("lastev"), fates.column("fev")), False)
-    suspects = fates.filter(pc.or_(fates.column("prior"), after))
+    # only the transactions that may break a rule are looked at (see _fates), usually none
+    suspects = fates.filter(fates.column("may_break"))
     if suspects.num_rows:
         rules = compute.query(_TXN_RULES_SQL, e=txn_events, f=suspects)
         if rules.num_rows:
