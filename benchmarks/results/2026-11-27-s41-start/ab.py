@@ -1,7 +1,7 @@
-"""The floor and deltamv (1000 segments a batch) alternated in one warm session.
+"""The floor and deltamv (SEGMENTS a batch, 1000 unless given) alternated in one warm session.
 
 BENCH names the benchmarks folder of the tree under test (PYTHONPATH its ``src``).
-Usage: ab.py ROUNDS TAG; prints one JSON line per run."""
+Usage: ab.py ROUNDS TAG [SEGMENTS]; prints one JSON line per run."""
 
 import json
 import os
@@ -14,6 +14,7 @@ from floor import run_floor
 
 rounds = int(sys.argv[1])
 tag = sys.argv[2]
+segments = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
 specs = {"bank-10k": (10_000, 13_000), "bank-100k": (100_000, 12_000)}
 logs = {n: simulated(n, seed=1, txns=t, accounts=a) for n, (a, t) in specs.items()}
 with spark_session({}) as spark:
@@ -22,12 +23,12 @@ with spark_session({}) as spark:
     for r in range(rounds):
         for n, sim in logs.items():
             fl = run_floor(sim / "changelog", WORK / "runs" / f"{n}-floor")
-            cfg = write_config(sim, WORK / "runs" / f"ab-{n}-1000", max_segments=1000)
+            cfg = write_config(sim, WORK / "runs" / f"ab-{n}-{segments}", max_segments=segments)
             load = os.getloadavg()[0]
             mv = run_job(spark, cfg, keep_reports=False)
             row = {
                 "tag": tag, "log": n, "round": r, "load": round(load, 2),
-                "floor": fl["seconds"], "mv": round(mv["seconds"], 3),
+                "segments": segments, "floor": fl["seconds"], "mv": round(mv["seconds"], 3),
                 "batches": round(mv["batch_seconds"], 3),
                 "ratio": round(fl["seconds"] / mv["seconds"], 3),
             }  # fmt: skip
