@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 __all__ = ["POINTS", "START_POINTS", "point"]
 
@@ -33,6 +34,7 @@ START_POINTS: tuple[str, ...] = (
 )
 
 _counts: dict[str, int] = {}
+_lock = threading.Lock()  # (tables commit on threads: each pass counts once)
 
 
 def point(name: str) -> None:
@@ -43,6 +45,8 @@ def point(name: str) -> None:
     target, _, nth = spec.partition(":")
     if target != name:
         return
-    _counts[name] = _counts.get(name, 0) + 1
-    if _counts[name] >= int(nth or 1):
+    with _lock:
+        _counts[name] = _counts.get(name, 0) + 1
+        reached = _counts[name] >= int(nth or 1)
+    if reached:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -15,6 +15,7 @@ from deltamv import delta, session
 from deltamv.config import load_config
 from deltamv.errors import CommitConflictError
 from deltamv.job import ViewJob
+from deltamv.state.store import open_read_only
 from tests.helpers.bank import (
     CONFIG,
     GOOD_1_2,
@@ -111,6 +112,41 @@ def test_foreign_commit_during_a_batch_stops_at_the_next_commit(
     # total_balance is committed first, at the new consistent watermark; rich keeps its own
     # version and the foreign one. Every deltamv version is still a consistent one.
     assert view_state(bank) == {"total_balance": [115, 140], "rich": [115, None]}
+
+
+def test_a_table_committed_beside_a_refused_one_is_recorded(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The views commit at once: a foreign commit to the first one refuses that one,
+    while the other may commit beside it; the state then knows of that commit, as it
+    knows of one made before a crash."""
+    config = load_config(bank / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    total = bank / "out" / "views" / "total_balance"
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
+
+    from deltamv import faults
+
+    real = faults.point
+
+    def point(name: str) -> None:
+        if name == "after-ingest":
+            foreign_commit(total)
+        real(name)
+
+    monkeypatch.setattr(faults, "point", point)
+    with pytest.raises(CommitConflictError) as info:
+        ViewJob(config, spark).run(once=True)
+    assert f"table {total} is at version 1 but job bank last committed version 0" in str(info.value)
+    assert view_state(bank) == {"total_balance": [115, None], "rich": [115, 140]}
+    state = open_read_only(bank / "state" / "_checkpoint")
+    assert state is not None
+    try:
+        assert state.committed_version("view:rich") == 1
+        assert state.committed_version("view:total_balance") == 0
+    finally:
+        state.close()
 
 
 def test_second_job_with_the_same_name_refuses_to_run(

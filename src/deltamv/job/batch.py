@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -34,7 +35,7 @@ from deltamv import faults
 from deltamv.compute import Compute
 from deltamv.config import JobConfig
 from deltamv.delta import read_spark
-from deltamv.delta.commit import WATERMARK_KEY
+from deltamv.delta.commit import WATERMARK_KEY, CommitResult
 from deltamv.delta.sink import Delta, NoChange, Replace, TableSink
 from deltamv.errors import DeltaMVError, StateError
 from deltamv.job.targets import Target
@@ -60,6 +61,10 @@ log = logging.getLogger("deltamv.job")
 
 # The order outputs are published in: a recomputed view reads the table copies.
 _ORDER = {"mirror": 0, "table": 1, "view": 2}
+# Commits of one kind made at once: at most this many threads, holding at most this many
+# changed rows in all (more rows: committed apart, as memory allows).
+_COMMIT_THREADS = 4
+_TOGETHER_ROWS = 100_000
 
 
 Replay = Literal["", "ingested", "finished"]  # see BatchReport
@@ -389,29 +394,80 @@ class BatchRunner:
             if (tid not in entries and not again) or changed:
                 entries[tid] = OutboxEntry(batch, tid, self._whole(target), ())
         watermark = self._watermark_of(batch)
-        extra = self.upstream.commit_metadata(self.store, batch)
+        metadata = {
+            WATERMARK_KEY: str(watermark),
+            **self.upstream.commit_metadata(self.store, batch),
+        }
         position = {tid: i for i, tid in enumerate(self.targets)}  # the config's order
         ordered = sorted(
             entries.values(),
             key=lambda e: (_ORDER[self.targets[e.target].kind], position[e.target]),
         )
+        # Tables of one kind commit at once, on threads (delta-rs works outside the GIL):
+        # small changes, held together up to _TOGETHER_ROWS rows; a rewrite whole alone.
+        group: list[tuple[Target, Delta | NoChange | Replace]] = []
+        held = 0
         for entry in ordered:
             target = self.targets[entry.target]
-            sink = self.sinks[entry.target]
+            if group and _ORDER[group[0][0].kind] != _ORDER[target.kind]:
+                self._commit(batch, group, metadata, again, written)
+                group, held = [], 0
             change = self._change(target, entry.kind, list(self.store.outbox.read(entry)))
-            faults.point("before-commit")
-            result = sink.commit(
-                batch + 1, change, metadata={WATERMARK_KEY: str(watermark), **extra},
-                expected_version=self.store.committed_version(target.id), again=again,
-            )  # fmt: skip
-            faults.point("after-commit")
-            self.store.record_commit(target.id, result.version, batch)
-            written["rows"] += result.rows_written
-            written["files"] += result.files_added
-            written["bytes"] += result.bytes_written
-            written["tables"] += 0 if result.skipped else 1
+            rows = change.rows.num_rows if isinstance(change, Delta) else 0
+            if isinstance(change, Replace) or held + rows > _TOGETHER_ROWS:
+                self._commit(batch, group, metadata, again, written)
+                group, held = [], 0
+            group.append((target, change))
+            held += rows
+            if isinstance(change, Replace):
+                self._commit(batch, group, metadata, again, written)
+                group, held = [], 0
+        self._commit(batch, group, metadata, again, written)
         clock.lap("publish")
         return written
+
+    def _commit(
+        self,
+        batch: int,
+        group: list[tuple[Target, Delta | NoChange | Replace]],
+        metadata: Mapping[str, str],
+        again: bool,
+        written: dict[str, int],
+    ) -> None:
+        """Commit each change of ``group`` to its table (several at once on threads),
+        then record the commits made in the state, in order; raise the first failure
+        (the tables committed beside it are recorded: a replay skips them)."""
+        if not group:
+            return
+        expected = {t.id: self.store.committed_version(t.id) for t, _ in group}
+
+        def commit(target: Target, change: Delta | NoChange | Replace) -> CommitResult:
+            faults.point("before-commit")
+            result = self.sinks[target.id].commit(
+                batch + 1, change, metadata=metadata, expected_version=expected[target.id],
+                again=again,
+            )  # fmt: skip
+            faults.point("after-commit")
+            return result
+
+        if len(group) == 1:
+            outcomes: list[CommitResult | BaseException] = [commit(*group[0])]
+        else:
+            with ThreadPoolExecutor(min(len(group), _COMMIT_THREADS)) as pool:
+                futures = [pool.submit(commit, target, change) for target, change in group]
+            outcomes = [f.exception() or f.result() for f in futures]
+        failure = None
+        for (target, _), outcome in zip(group, outcomes, strict=True):
+            if isinstance(outcome, BaseException):
+                failure = failure or outcome
+                continue
+            self.store.record_commit(target.id, outcome.version, batch)
+            written["rows"] += outcome.rows_written
+            written["files"] += outcome.files_added
+            written["bytes"] += outcome.bytes_written
+            written["tables"] += 0 if outcome.skipped else 1
+        if failure is not None:
+            raise failure
 
     def _watermark_of(self, batch: int) -> int:
         if batch < 0:  # the start: published before any batch moved the watermark
