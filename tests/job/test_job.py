@@ -30,7 +30,6 @@ from tests.helpers.bank import (
     put,
     resolved,
     segment,
-    totals,
     write_start,
 )
 
@@ -192,30 +191,6 @@ def test_the_first_batch_takes_the_segments_parsed_ahead(
     assert len(files) == 4
     assert sorted(path for _, group in parsed for path in group) == files  # each once
     assert [thread for thread, _ in parsed] == ["deltamv-parse-ahead"] * 2
-
-
-def test_each_next_batch_of_a_run_to_the_end_takes_its_segments_parsed_ahead(
-    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """``--once`` at one segment a batch: while Spark logs a batch and plans the next,
-    the job parses the next batch's segment; every batch takes that parse (each segment
-    parsed once, all on the parse-ahead thread) and the versions are those of the log."""
-    config_text = (bank / "config.toml").read_text()
-    (bank / "config.toml").write_text(
-        config_text.replace('checkpoint = "state/_checkpoint"\n',
-                            'checkpoint = "state/_checkpoint"\nmax_segments_per_batch = 1\n')
-    )  # fmt: skip
-    segment(bank, 1, 2, GOOD_1_2)
-    segment(bank, 2, 2, GOOD_2_2)
-    parsed = _spy_parses(monkeypatch)
-    reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
-    files = sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
-    assert len(reports) == len(files) == 4
-    assert sorted(path for _, group in parsed for path in group) == files  # each once
-    assert [thread for thread, _ in parsed] == ["deltamv-parse-ahead"] * 4
-    total = bank / "out" / "views" / "total_balance"
-    assert [v.watermark for v in delta.versions(str(total))] == [115, 140]
-    assert totals(bank) == (300, 3)
 
 
 def test_a_batch_that_reads_other_segments_than_parsed_ahead_parses_its_own(

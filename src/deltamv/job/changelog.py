@@ -10,20 +10,16 @@ offset up to this batch's, so a replayed batch reads exactly the same ones.
 While Spark starts the query (about a second), the job already parses, in the
 background, the first group of segments its first batch will most likely read: the
 batch Spark replays, or the one the source's own planning gives from the last offset.
-A run to the end of the log (``--once``) parses each next batch's first group as soon
-as Spark has logged the batch's offsets, while Spark prepares the batch. A batch uses
-such a parse only if its segments begin with exactly those segments; what it reads is
-still decided by Spark's offset log alone.
+The batch uses that parse only if its segments begin with exactly those segments; what
+it reads is still decided by Spark's offset log alone.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,9 +55,6 @@ __all__ = ["BatchSegments", "ChangelogUpstream"]
 log = logging.getLogger(__name__)
 
 _GROUP_BYTES = 48 << 20  # segment bytes parsed and matched at once (memory per step)
-# A parse ahead waits for the next batch's offsets: looks this often, gives up after this.
-_AHEAD_POLL_S = 0.002
-_AHEAD_WAIT_S = 60.0
 
 Parsed = tuple[EventGroup, list[SegmentRecord]]
 
@@ -87,9 +80,7 @@ class ChangelogUpstream:
         self.schemas = {n: t.schema for n, t in config.tables.items()}
         self.keys = {n: t.primary_key for n, t in config.tables.items()}
         self.ledger: SegmentLedger | None = None
-        self._ahead: _Ahead | None = None  # the next batch's first group, parsed early
-        self._once = False  # a run to the end of the log: each next batch is parsed early
-        self._closing = threading.Event()  # the run ends: a parse ahead stops waiting
+        self._ahead: _Ahead | None = None  # the first batch's first group, parsed early
 
     def start_ts(self) -> int:
         return read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
@@ -177,15 +168,12 @@ class ChangelogUpstream:
     def after_batch(self, store: StateStore, batch: int) -> None:
         if self.ledger is not None:
             self.ledger.verify_some()
-        if self._once and self._ahead is None:
-            self._ahead = _Ahead(functools.partial(self._logged_group, batch + 1), self._parse)
 
     def after_run(self, store: StateStore) -> None:
         pass
 
     def close(self) -> None:
         """Wait for a parse started ahead that no batch took, and let go of it."""
-        self._closing.set()
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
             ahead.join()
@@ -205,24 +193,12 @@ class ChangelogUpstream:
     def prefetch(self, store: StateStore, *, once: bool) -> None:
         """Start finding and parsing the first group of segments the run's first batch
         will most likely read (see the module doc), on a thread of its own."""
-        self._once = once
-        self._closing.clear()
         done = store.progress().batch
 
         def first_group() -> tuple[Segment, ...]:
             return tuple(next(_grouped(self._first_batch_ahead(done, once=once)), ()))
 
         self._ahead = _Ahead(first_group, self._parse)
-
-    def _logged_group(self, batch: int) -> tuple[Segment, ...]:
-        """The first group of ``batch``'s segments once Spark has logged its offsets
-        (it plans a batch when the one before is done); none if the run ends first."""
-        logged = self.offset_log / str(batch)
-        deadline = time.monotonic() + _AHEAD_WAIT_S
-        while not logged.exists():
-            if self._closing.wait(_AHEAD_POLL_S) or time.monotonic() > deadline:
-                return ()
-        return tuple(next(_grouped(self.segments(batch).segments), ()))
 
     def _first_batch_ahead(self, done: int, *, once: bool) -> tuple[Segment, ...]:
         """The segments of the first batch this run will ingest (after batch ``done``):
@@ -335,7 +311,7 @@ class _Ahead:
                 self._parsed = parse(group)
                 self.group = group
         except Exception as e:  # see the class doc
-            log.debug("no parse ahead of the next batch: %s", e)
+            log.debug("no parse ahead of the first batch: %s", e)
 
     def join(self) -> None:
         """Wait for the thread (a parse is not cut short) and drop what it parsed."""
