@@ -87,42 +87,14 @@ def test_a_damaged_last_commit_is_refused_at_start(
     assert len(delta.versions(str(bank / "out" / "views" / "total_balance"))) == 2  # nothing added
 
 
-def test_foreign_commit_during_a_batch_stops_at_the_next_commit(
-    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _foreign_commit_mid_batch(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch, view: str
+) -> tuple[Path, str]:
+    """A first run, the transfer, then a run during whose batch another writer commits to
+    ``view`` (while the batch is ingested): the view's path and the run's error."""
     config = load_config(bank / "config.toml")
     ViewJob(config, spark).run(once=True)
-    rich = bank / "out" / "views" / "rich"
-    segment(bank, 1, 2, GOOD_1_2)
-    segment(bank, 2, 2, GOOD_2_2)
-
-    from deltamv import faults
-
-    real = faults.point
-
-    def point(name: str) -> None:  # the other writer commits while the batch is ingested
-        if name == "after-ingest":
-            foreign_commit(rich)
-        real(name)
-
-    monkeypatch.setattr(faults, "point", point)
-    with pytest.raises(CommitConflictError) as info:
-        ViewJob(config, spark).run(once=True)
-    assert f"table {rich} is at version 1 but job bank last committed version 0" in str(info.value)
-    # total_balance is committed first, at the new consistent watermark; rich keeps its own
-    # version and the foreign one. Every deltamv version is still a consistent one.
-    assert view_state(bank) == {"total_balance": [115, 140], "rich": [115, None]}
-
-
-def test_a_table_committed_beside_a_refused_one_is_recorded(
-    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The views commit at once: a foreign commit to the first one refuses that one,
-    while the other may commit beside it; the state then knows of that commit, as it
-    knows of one made before a crash."""
-    config = load_config(bank / "config.toml")
-    ViewJob(config, spark).run(once=True)
-    total = bank / "out" / "views" / "total_balance"
+    path = bank / "out" / "views" / view
     segment(bank, 1, 2, GOOD_1_2)
     segment(bank, 2, 2, GOOD_2_2)
 
@@ -132,13 +104,33 @@ def test_a_table_committed_beside_a_refused_one_is_recorded(
 
     def point(name: str) -> None:
         if name == "after-ingest":
-            foreign_commit(total)
+            foreign_commit(path)
         real(name)
 
     monkeypatch.setattr(faults, "point", point)
     with pytest.raises(CommitConflictError) as info:
         ViewJob(config, spark).run(once=True)
-    assert f"table {total} is at version 1 but job bank last committed version 0" in str(info.value)
+    return path, str(info.value)
+
+
+def test_foreign_commit_during_a_batch_stops_at_the_next_commit(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rich, error = _foreign_commit_mid_batch(spark, bank, monkeypatch, "rich")
+    assert f"table {rich} is at version 1 but job bank last committed version 0" in error
+    # total_balance is committed, at the new consistent watermark; rich keeps its own
+    # version and the foreign one. Every deltamv version is still a consistent one.
+    assert view_state(bank) == {"total_balance": [115, 140], "rich": [115, None]}
+
+
+def test_a_table_committed_beside_a_refused_one_is_recorded(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The views commit at once: a foreign commit to the first one refuses that one,
+    while the other commits beside it; the state then knows of that commit, as it knows
+    of one made before a crash."""
+    total, error = _foreign_commit_mid_batch(spark, bank, monkeypatch, "total_balance")
+    assert f"table {total} is at version 1 but job bank last committed version 0" in error
     assert view_state(bank) == {"total_balance": [115, None], "rich": [115, 140]}
     state = open_read_only(bank / "state" / "_checkpoint")
     assert state is not None

@@ -1,7 +1,8 @@
 """The floor and deltamv (SEGMENTS a batch, 1000 unless given) alternated in one warm session.
 
 BENCH names the benchmarks folder of the tree under test (PYTHONPATH its ``src``).
-Usage: ab.py ROUNDS TAG [SEGMENTS]; prints one JSON line per run."""
+Usage: ab.py ROUNDS TAG [SEGMENTS [phases]]; prints one JSON line per run. With
+``phases``: deltamv alone, with its seconds per phase summed over the run's batches."""
 
 import json
 import os
@@ -15,6 +16,7 @@ from floor import run_floor
 rounds = int(sys.argv[1])
 tag = sys.argv[2]
 segments = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
+phases = sys.argv[4:5] == ["phases"]
 specs = {"bank-10k": (10_000, 13_000), "bank-100k": (100_000, 12_000)}
 logs = {n: simulated(n, seed=1, txns=t, accounts=a) for n, (a, t) in specs.items()}
 with spark_session({}) as spark:
@@ -22,8 +24,16 @@ with spark_session({}) as spark:
     run_job(spark, write_config(warm, WORK / "runs" / "warm"))
     for r in range(rounds):
         for n, sim in logs.items():
-            fl = run_floor(sim / "changelog", WORK / "runs" / f"{n}-floor")
             cfg = write_config(sim, WORK / "runs" / f"ab-{n}-{segments}", max_segments=segments)
+            if phases:
+                load = os.getloadavg()[0]
+                mv = run_job(spark, cfg, keep_reports=False)
+                row = {"tag": tag, "log": n, "round": r, "load": round(load, 2),
+                       "segments": segments, "seconds": round(mv["batch_seconds"], 3),
+                       "phases": mv["phases"]}  # fmt: skip
+                print(json.dumps(row), flush=True)
+                continue
+            fl = run_floor(sim / "changelog", WORK / "runs" / f"{n}-floor")
             load = os.getloadavg()[0]
             mv = run_job(spark, cfg, keep_reports=False)
             row = {
