@@ -25,21 +25,14 @@ with spark_session({}) as spark:
     for r in range(rounds):
         for n, sim in logs.items():
             cfg = write_config(sim, WORK / "runs" / f"ab-{n}-{segments}", max_segments=segments)
-            if phases:
-                load = os.getloadavg()[0]
-                mv = run_job(spark, cfg, keep_reports=False)
-                row = {"tag": tag, "log": n, "round": r, "load": round(load, 2),
-                       "segments": segments, "seconds": round(mv["batch_seconds"], 3),
-                       "phases": mv["phases"]}  # fmt: skip
-                print(json.dumps(row), flush=True)
-                continue
-            fl = run_floor(sim / "changelog", WORK / "runs" / f"{n}-floor")
+            fl = None if phases else run_floor(sim / "changelog", WORK / "runs" / f"{n}-floor")
             load = os.getloadavg()[0]
             mv = run_job(spark, cfg, keep_reports=False)
-            row = {
-                "tag": tag, "log": n, "round": r, "load": round(load, 2),
-                "segments": segments, "floor": fl["seconds"], "mv": round(mv["seconds"], 3),
-                "batches": round(mv["batch_seconds"], 3),
-                "ratio": round(fl["seconds"] / mv["seconds"], 3),
-            }  # fmt: skip
+            row = {"tag": tag, "log": n, "round": r, "load": round(load, 2), "segments": segments}
+            if fl is None:
+                row.update(seconds=round(mv["batch_seconds"], 3), phases=mv["phases"])
+            else:
+                row.update(floor=fl["seconds"], mv=round(mv["seconds"], 3),
+                           batches=round(mv["batch_seconds"], 3),
+                           ratio=round(fl["seconds"] / mv["seconds"], 3))  # fmt: skip
             print(json.dumps(row), flush=True)

@@ -67,6 +67,11 @@ _COMMIT_THREADS = 4
 _TOGETHER_ROWS = 100_000
 
 
+def _rows(change: Delta | NoChange | Replace) -> int:
+    """The rows a change holds in memory (a rewrite whole streams its rows: none)."""
+    return change.rows.num_rows if isinstance(change, Delta) else 0
+
+
 Replay = Literal["", "ingested", "finished"]  # see BatchReport
 
 
@@ -405,23 +410,21 @@ class BatchRunner:
         )
         # Tables of one kind commit at once, on threads (delta-rs works outside the GIL):
         # small changes, held together up to _TOGETHER_ROWS rows; a rewrite whole alone.
+        # A kind's changes are read once the kinds before it are committed (a recompute
+        # reads the table copies).
         group: list[tuple[Target, Delta | NoChange | Replace]] = []
-        held = 0
         for entry in ordered:
             target = self.targets[entry.target]
-            if group and _ORDER[group[0][0].kind] != _ORDER[target.kind]:
+            if group and (_ORDER[group[0][0].kind] != _ORDER[target.kind]
+                          or isinstance(group[0][1], Replace)):  # fmt: skip
                 self._commit(batch, group, metadata, again, written)
-                group, held = [], 0
+                group = []
             change = self._change(target, entry.kind, list(self.store.outbox.read(entry)))
-            rows = change.rows.num_rows if isinstance(change, Delta) else 0
-            if isinstance(change, Replace) or held + rows > _TOGETHER_ROWS:
+            rows = sum(_rows(c) for _, c in group) + _rows(change)
+            if group and (isinstance(change, Replace) or rows > _TOGETHER_ROWS):
                 self._commit(batch, group, metadata, again, written)
-                group, held = [], 0
+                group = []
             group.append((target, change))
-            held += rows
-            if isinstance(change, Replace):
-                self._commit(batch, group, metadata, again, written)
-                group, held = [], 0
         self._commit(batch, group, metadata, again, written)
         clock.lap("publish")
         return written
