@@ -177,6 +177,7 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
     work = tmp_path / "work"
     work.mkdir()
     sock_path = str(tmp_path / "worker.sock")
+    proc = None
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
             jvm.bind(sock_path)
@@ -200,7 +201,42 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
         assert server.wait(timeout=60) == 0  # its one fork served, it ends
         assert not os.path.exists(path)
     finally:
-        server.kill()
+        _reap(server, *([proc] if proc else []))
+
+
+def test_a_signal_before_the_runners_id_is_passed_on_when_it_comes(tmp_path: Path) -> None:
+    """Spark may end the launcher while the server forks: the signal waits for the runner's
+    process id, then goes to the runner (the launcher does not end alone, its runner left)."""
+    launcher = worker_python(tmp_path / "cache")
+    assert launcher is not None
+    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
+    runner = subprocess.Popen(["sleep", "120"])  # standing in for the forked runner
+    proc = None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+            server.bind(path)
+            server.listen(1)
+            proc = _start_runner(launcher, str(tmp_path / "no-jvm.sock"))
+            server.settimeout(60)
+            asked, _ = server.accept()
+            with asked:
+                asked.settimeout(60)
+                head, fds, _, _ = socket.recv_fds(asked, 4, 3)
+                for fd in fds:
+                    os.close(fd)
+                body = b""
+                while len(body) < int.from_bytes(head, "big"):
+                    body += asked.recv(1 << 16)
+                proc.terminate()  # the request sent, no process id yet
+                time.sleep(0.5)
+                assert proc.poll() is None  # it waits for the runner
+                asked.sendall(runner.pid.to_bytes(4, "big"))
+                assert runner.wait(timeout=60) == -15  # then passes SIGTERM on
+            _, err = proc.communicate(timeout=60)  # no exit status sent: 1
+        assert err.decode(errors="replace") == "" and proc.returncode == 1
+    finally:
+        os.unlink(path)
+        _reap(runner, *([proc] if proc else []))
 
 
 def test_the_launcher_runs_the_runner_itself_when_the_server_refuses(tmp_path: Path) -> None:
@@ -231,11 +267,25 @@ def test_a_session_with_a_local_master_gets_a_warm_server(spark: Any) -> None:
     path = warm_runner.socket_path(os.path.dirname(spark.sparkContext.pythonExec), jvm)
     assert _bound(path)
     assert warm_runner.serve(spark)
-    servers = [
-        p for p in psutil.Process().children()
-        if "deltamv.warm_runner" in p.cmdline() and str(jvm) in p.cmdline()
-    ]  # fmt: skip
+    servers = [p for p in psutil.Process().children() if _serves(p, jvm)]
     assert len(servers) == 1  # one per JVM
+
+
+def _serves(process: psutil.Process, jvm: int) -> bool:
+    """Whether ``process`` is the warm server of ``jvm`` (False for one ended meanwhile)."""
+    try:
+        command = process.cmdline()
+    except psutil.Error:  # (gone, or ended and not yet reaped)
+        return False
+    return "deltamv.warm_runner" in command and str(jvm) in command
+
+
+def _reap(*processes: subprocess.Popen[bytes]) -> None:
+    """End ``processes`` and wait for them: none is left behind a failed test, as a
+    zombie for the next test that lists this process's children."""
+    for process in processes:
+        process.kill()
+        process.wait(timeout=60)
 
 
 def test_sockets_of_servers_whose_jvm_is_gone_are_removed(tmp_path: Path) -> None:

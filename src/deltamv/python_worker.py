@@ -40,7 +40,7 @@ RUNNER_SOCKET = "runner-%d.sock"
 _LAUNCHER = """#!{python} -S
 # deltamv's launcher of Spark's Python workers: {python} without {zip} on PYTHONPATH
 # (deltamv/python_worker.py says why). Written by deltamv, again at a start if missing.
-import os, sys
+import os, signal, sys
 entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
 os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.realpath(e) != {zip!r})
 
@@ -48,9 +48,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(e for e in entries if os.path.realpat
 def forked():
     # The runner forked by the warm server of this JVM, if one runs (deltamv/warm_runner.py):
     # returns only when none was forked, and the runner is to run here.
-    import json, signal, socket
+    import json, socket
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), {socket!r} % os.getppid())
     body = json.dumps(dict(argv=["-m"], cwd=os.getcwd(), env=dict(os.environ))).encode()
+    # Signals are passed on to the runner from before it is asked for: one that comes
+    # before its process id waits for it (the runner may be connected to Spark already).
+    runner, pending = [], []
+    def forward(signum, _):
+        if runner:
+            kill(runner[0], signum)
+        else:
+            pending.append(signum)
+    before = dict((signum, signal.signal(signum, forward)) for signum in SIGNALS)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(2)
@@ -63,11 +72,21 @@ def forked():
         pid = None
     if pid is None:
         sock.close()
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+        for signum in pending:  # (asked to end before any runner ran: it ends, as asked)
+            if before[signum] != signal.SIG_IGN:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
         return
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, lambda signum, _: kill(pid, signum))
+    runner.append(pid)
+    for signum in pending:
+        kill(pid, signum)
     status = number(sock)
     os._exit(1 if status is None else status)
+
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)  # (Spark's end of a worker, a user's)
 
 
 def number(sock):
