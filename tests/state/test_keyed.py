@@ -8,6 +8,7 @@ import sqlite3
 import pyarrow as pa
 import pytest
 
+from deltamv.state import keyed as keyed_module
 from deltamv.state.codec import normalise_floats
 from deltamv.state.keyed import KEY, ROWID, KeyedTable, Mirror, mirror_schema
 
@@ -147,3 +148,66 @@ def test_float_keys_are_found_by_sql_equality_whatever_bits_the_rows_hold() -> N
     assert found(math.nan) == found(negative_nan) == [3, 4]
     assert found(-0.0, 0.0, 1.0) == [1, 2, 5]  # each row once
     assert found(None) == []
+
+
+def _indexes(table: KeyedTable) -> list[tuple[str, str]]:
+    return table.db.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? ORDER BY name",
+        [table.name],
+    ).fetchall()
+
+
+def _many(n: int, *, above: int = 0, repeat: int | None = None) -> pa.Table:
+    """``n`` rows, ``a`` from ``above + n - 1`` down to ``above`` (``repeat``: one ``a``
+    held twice)."""
+    a = list(range(above + n - 1, above - 1, -1))
+    if repeat is not None:
+        a[-1] = repeat
+    return pa.table({"a": a, "b": [f"b{i % 7}" for i in a], "v": [float(i) for i in a]},
+                    schema=SCHEMA)  # fmt: skip
+
+
+def test_a_large_insert_into_an_empty_table_builds_its_indexes_after_the_rows() -> None:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    table = KeyedTable(db, "t", SCHEMA, indexes=[["a", "b"], ["b"]])
+    table.ensure_index(["a"], unique=True)
+    made = _indexes(table)
+    n = keyed_module._INDEXES_AFTER
+    statements: list[str] = []
+    db.set_trace_callback(statements.append)
+    table.insert(_many(n))
+    dropped = [s for s in statements if s.startswith("DROP INDEX")]
+    created = [s for s in statements if s.startswith("CREATE")]
+    assert len(dropped) == len(created) == len(made) == 3
+    assert statements.index(created[0]) > max(i for i, s in enumerate(statements) if "INSERT" in s)
+    assert _indexes(table) == made
+    assert values(table.lookup(["a"], keys(a=[5, n - 1]))) == [5.0, float(n - 1)]
+    statements.clear()
+    table.insert(_many(n, above=n))  # (not empty: the indexes are kept up)
+    assert not [s for s in statements if "INDEX" in s]
+
+
+def test_a_unique_index_built_after_the_rows_refuses_a_value_held_twice() -> None:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    table = KeyedTable(db, "t", SCHEMA, indexes=[["b"]])
+    table.ensure_index(["a"], unique=True)
+    made = _indexes(table)
+    db.execute("BEGIN")
+    with pytest.raises(sqlite3.IntegrityError):
+        table.insert(_many(keyed_module._INDEXES_AFTER, repeat=3))
+    assert table.repeated(["a"]).to_pylist() == [{"a": 3}]
+    db.execute("ROLLBACK")  # (as the batch's transaction is): the indexes are back
+    assert _indexes(table) == made and table.is_empty()
+    assert table.repeated(["a"]).num_rows == 0
+
+
+def test_rows_inserted_in_parts_are_indexed_once_at_the_end() -> None:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    table = KeyedTable(db, "t", SCHEMA, indexes=[["a"]])
+    made = _indexes(table)
+    with table.indexes_after():
+        table.insert(ROWS.slice(0, 3))
+        assert _indexes(table) == []
+        table.insert(ROWS.slice(3))
+    assert _indexes(table) == made
+    assert values(table.lookup(["a"], keys(a=[1]))) == [1.0, 2.0]

@@ -12,7 +12,13 @@ from deltamv.compute import Compute
 from deltamv.errors import DeltaMVError, StateError
 from deltamv.state.keyed import KEY, ROWID, Mirror
 from deltamv.views.ivm import W
-from deltamv.views.mirror import DuplicateKeyError, apply_change, insert_rows, table_change
+from deltamv.views.mirror import (
+    DuplicateKeyError,
+    apply_change,
+    insert_rows,
+    loading,
+    table_change,
+)
 
 COLUMNS = pa.schema([("id", pa.int64()), ("owner", pa.string()), ("balance", pa.int64())])
 
@@ -123,6 +129,23 @@ def test_a_snapshot_that_holds_a_primary_key_twice_is_refused() -> None:
         snapshot_rows(mirror, (3, "cy", 30), (2, "bo", 21))  # against a row held
     with pytest.raises(DuplicateKeyError, match=r"holds two rows with primary key \(id=4\)"):
         snapshot_rows(mirror, (4, "di", 40), (5, "ed", 50), (4, "di", 41))  # within
+
+
+def test_a_snapshot_loaded_in_parts_is_indexed_at_the_end_and_refused_with_a_key_twice() -> None:
+    db = sqlite3.connect(":memory:", isolation_level=None)
+    mirror = Mirror(db, "accounts", COLUMNS, ["id"])
+    indexes = "SELECT count(*) FROM sqlite_master WHERE type = 'index'"
+    with loading([mirror]):
+        snapshot_rows(mirror, (1, "ann", 10), (2, "bob", 20))
+        assert db.execute(indexes).fetchone() == (0,)
+        snapshot_rows(mirror, (3, "cy", 30))
+    assert db.execute(indexes).fetchone() == (2,)
+    assert mirror.lookup(["id"], pa.table({"id": [3]})).column("owner").to_pylist() == ["cy"]
+    other = Mirror(sqlite3.connect(":memory:"), "accounts", COLUMNS, ["id"])
+    twice = r"holds two rows with primary key \(id=2\)"
+    with pytest.raises(DuplicateKeyError, match=twice), loading([mirror, other]):
+        snapshot_rows(other, (1, "ann", 10), (2, "bob", 20))
+        snapshot_rows(other, (2, "bo", 21))  # in another part
 
 
 def test_a_state_that_holds_a_primary_key_twice_is_refused_at_the_start() -> None:

@@ -52,6 +52,7 @@ from deltamv.views.mirror import (
     TableChange,
     apply_change,
     insert_rows,
+    loading,
     table_change,
 )
 
@@ -547,19 +548,20 @@ class BatchRunner:
             # from the batch's change (see _from_empty).
             self.views.build(list(self.views.views), self.scratch)
         else:
-            for table, rows in snapshot:
-                mirror = self.mirrors[table]
-                # Rows with a key (PostgreSQL's, keyed as its changes are) are found by
-                # it; rows without one by primary key (views/mirror.py).
-                key = (rows.column(KEY) if KEY in rows.column_names
-                       else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
-                keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
-                try:
-                    insert_rows(mirror, keyed.cast(mirror.schema))
-                except DuplicateKeyError as exc:
-                    folder = self.config.snapshot
-                    where = f"{folder}/{table}" if folder else "the upstream's first copy"
-                    raise exc.at(where, None) from None
+            try:
+                with loading(self.mirrors.values()):  # (the indexes built at the end)
+                    for table, rows in snapshot:
+                        mirror = self.mirrors[table]
+                        # Rows with a key (PostgreSQL's, keyed as its changes are) are
+                        # found by it; rows without one by primary key (views/mirror.py).
+                        key = (rows.column(KEY) if KEY in rows.column_names
+                               else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
+                        keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
+                        insert_rows(mirror, keyed.cast(mirror.schema))
+            except DuplicateKeyError as exc:
+                folder = self.config.snapshot
+                where = f"{folder}/{exc.table}" if folder else "the upstream's first copy"
+                raise exc.at(where, None) from None
             self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
             for target in self.targets.values():
                 self.store.outbox.put(-1, target.id, self._whole(target))

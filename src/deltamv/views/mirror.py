@@ -15,8 +15,10 @@ these Z-sets; the mirror itself is updated once every view has seen the state be
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sqlite3
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +38,7 @@ __all__ = [
     "TableChange",
     "apply_change",
     "insert_rows",
+    "loading",
     "table_change",
 ]
 
@@ -338,6 +341,25 @@ def insert_rows(mirror: Mirror, rows: pa.Table) -> None:
         mirror.insert(rows)
     except sqlite3.IntegrityError:
         raise _duplicate(mirror, rows, before) from None
+
+
+@contextlib.contextmanager
+def loading(mirrors: Iterable[Mirror]) -> Iterator[None]:
+    """A first load of ``mirrors`` (a snapshot's rows, inserted in parts with
+    :func:`insert_rows`): each builds its indexes once, at the end (``indexes_after``).
+    Where two rows hold one primary key, raises DuplicateKeyError naming it, at the end."""
+    mirrors = list(mirrors)
+    try:
+        with contextlib.ExitStack() as stack:
+            for mirror in mirrors:
+                stack.enter_context(mirror.indexes_after())
+            yield
+    except sqlite3.IntegrityError:
+        for mirror in mirrors:
+            twice = mirror.repeated(mirror.primary_key).to_pylist()
+            if twice:
+                raise DuplicateKeyError(mirror.table, None, None, twice[0]) from None
+        raise
 
 
 def _duplicate(mirror: Mirror, rows: pa.Table, before: int) -> DuplicateKeyError:
