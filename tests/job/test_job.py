@@ -4,6 +4,7 @@ in test_job_oracle.py)."""
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -211,6 +212,54 @@ def test_a_batch_that_reads_other_segments_than_parsed_ahead_parses_its_own(
     own = [path for thread, group in parsed if thread != "deltamv-parse-ahead" for path in group]
     assert len(ahead) == 1 and all("region-2" in path for path in ahead[0])
     assert sorted(own) == sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
+
+
+def test_a_batch_of_many_groups_takes_those_parsed_ahead_then_parses_the_rest_in_order(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One segment a group: the guess (the batch's first segment only) is taken, the
+    other groups are parsed on a thread beside the batch, each once, in the batch's
+    order; a second run (every group parsed ahead) gives the next consistent version."""
+    from deltamv.job import changelog
+
+    monkeypatch.setattr(changelog, "_GROUP_BYTES", 1)
+    monkeypatch.setattr(changelog, "_AHEAD_BYTES", 1)
+    segment(bank, 1, 2, GOOD_1_2)  # (four segments in the first batch)
+    segment(bank, 2, 2, GOOD_2_2)
+    parsed = _spy_parses(monkeypatch)
+    real = ChangelogUpstream._first_batch_ahead
+
+    def first_only(self: ChangelogUpstream, done: int, *, once: bool) -> tuple[Segment, ...]:
+        return real(self, done, once=once)[:1]
+
+    monkeypatch.setattr(ChangelogUpstream, "_first_batch_ahead", first_only)
+    reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [140]
+    files = [str(bank / "changelog" / f"region-{r}" / name)
+             for r in (1, 2) for name in sorted(os.listdir(bank / "changelog" / f"region-{r}"))]  # fmt: skip
+    assert [group for _, group in parsed] == [(f,) for f in files]  # each once, in order
+    assert [thread for thread, _ in parsed] == ["deltamv-parse-ahead"] + ["deltamv-parse"] * 3
+    total = bank / "out" / "views" / "total_balance"
+    expected = spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL")
+    assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
+
+
+def test_a_bad_record_in_a_later_group_stops_the_batch_at_its_line(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A parse on the thread that fails is raised where the batch takes that group: the
+    one-line error names the file and line, and nothing of the batch is committed."""
+    from deltamv.job import changelog
+
+    monkeypatch.setattr(changelog, "_GROUP_BYTES", 1)
+    monkeypatch.setattr(changelog, "_AHEAD_BYTES", 1)
+    segment(bank, 1, 2, GOOD_1_2)
+    bad = segment(bank, 2, 2, GOOD_2_2 + '{"region": 2, "type": "RESOLVED"}\n')
+    with pytest.raises(BadRecordError) as raised:
+        ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
+    assert str(raised.value).startswith(f"bad record at {bad}:4: ")
+    assert not (bank / "out" / "views" / "total_balance").exists()
+    assert not [t for t in threading.enumerate() if t.name.startswith("deltamv-parse")]
 
 
 def test_a_stop_while_the_job_opens_runs_no_batch(

@@ -7,20 +7,23 @@ those segments here, on the driver, in one pass per file (parsed columnar and
 fingerprinted from the same bytes): its segments are those after the previous batch's
 offset up to this batch's, so a replayed batch reads exactly the same ones.
 
-While Spark starts the query (about a second), the job already parses, in the
-background, the first group of segments its first batch will most likely read: the
-batch Spark replays, or the one the source's own planning gives from the last offset.
-The batch uses that parse only if its segments begin with exactly those segments; what
-it reads is still decided by Spark's offset log alone.
+A batch's segments are parsed in groups of bounded size, each on a thread while the
+batch matches the group before. While Spark starts the query (about a second), the job
+already parses, in the background, the segments its first batch will most likely read:
+the batch Spark replays, or the one the source's own planning gives from the last
+offset. The batch takes those groups only as long as its segments begin with exactly
+them; what it reads is still decided by Spark's offset log alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +57,8 @@ __all__ = ["BatchSegments", "ChangelogUpstream"]
 
 log = logging.getLogger(__name__)
 
-_GROUP_BYTES = 48 << 20  # segment bytes parsed and matched at once (memory per step)
+_GROUP_BYTES = 16 << 20  # segment bytes parsed and matched at once (memory per step)
+_AHEAD_BYTES = 48 << 20  # segment bytes parsed ahead of the first batch, not yet taken
 
 Parsed = tuple[EventGroup, list[SegmentRecord]]
 
@@ -80,7 +84,7 @@ class ChangelogUpstream:
         self.schemas = {n: t.schema for n, t in config.tables.items()}
         self.keys = {n: t.primary_key for n, t in config.tables.items()}
         self.ledger: SegmentLedger | None = None
-        self._ahead: _Ahead | None = None  # the first batch's first group, parsed early
+        self._ahead: _Parser | None = None  # the first batch's segments, parsed early
 
     def start_ts(self) -> int:
         return read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
@@ -117,13 +121,19 @@ class ChangelogUpstream:
         ledger = self.ledger
         assert ledger is not None, "open() first"
 
-        def groups() -> Iterator[EventGroup]:
-            for group, records in self.groups(segs.segments):
-                ledger.record(batch, records)
-                lap("read")
-                yield group
+        def groups() -> Generator[EventGroup, None, None]:
+            parsed = self.groups(segs.segments)
+            with contextlib.closing(parsed):  # (a parse on a thread ends with the batch)
+                for group, records in parsed:
+                    ledger.record(batch, records)
+                    lap("read")
+                    yield group
 
-        return ingest(store, compute, batch, groups(), offsets=segs.offsets)
+        taken = groups()
+        try:
+            return ingest(store, compute, batch, taken, offsets=segs.offsets)
+        finally:
+            taken.close()
 
     def planned_offsets(self, batch: int) -> Mapping[str, Any]:
         return {"regions": {str(r): s for r, s in sorted(self._logged_offset(batch).items())}}
@@ -176,7 +186,7 @@ class ChangelogUpstream:
         """Wait for a parse started ahead that no batch took, and let go of it."""
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            ahead.join()
+            ahead.close()
 
     stream_reads_state = False  # the source lists segments; the state is not needed
 
@@ -191,14 +201,14 @@ class ChangelogUpstream:
         return spark.readStream.format(SOURCE_NAME).options(**self._options()).load()
 
     def prefetch(self, store: StateStore, *, once: bool) -> None:
-        """Start finding and parsing the first group of segments the run's first batch
-        will most likely read (see the module doc), on a thread of its own."""
+        """Start finding and parsing the segments the run's first batch will most likely
+        read (see the module doc), on a thread of its own, up to ``_AHEAD_BYTES`` ahead."""
         done = store.progress().batch
 
-        def first_group() -> tuple[Segment, ...]:
-            return tuple(next(_grouped(self._first_batch_ahead(done, once=once)), ()))
+        def planned() -> Iterator[tuple[list[Segment], int]]:
+            return _grouped(self._first_batch_ahead(done, once=once))
 
-        self._ahead = _Ahead(first_group, self._parse)
+        self._ahead = _Parser(planned, self._parse, ahead=_AHEAD_BYTES, guess=True)
 
     def _first_batch_ahead(self, done: int, *, once: bool) -> tuple[Segment, ...]:
         """The segments of the first batch this run will ingest (after batch ``done``):
@@ -242,20 +252,36 @@ class ChangelogUpstream:
     def _logged_offset(self, batch: int) -> dict[int, int]:
         return decode_offset(logged_offset(self.offset_log, batch))
 
-    def groups(self, segments: Sequence[Segment]) -> Iterator[Parsed]:
-        """The segments parsed in groups of bounded size, with their fingerprints; the
-        first group parsed ahead if the segments begin with it."""
+    def groups(self, segments: Sequence[Segment]) -> Generator[Parsed, None, None]:
+        """The segments parsed in groups of bounded size, in order, with their
+        fingerprints: first those parsed ahead of the first batch, as long as the segments
+        begin with them; the others on a thread of their own, each while the batch
+        ingests the group before it."""
+        rest = tuple(segments)
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
-            parsed = ahead.take(segments)
-            if parsed is not None:
-                skip = len(ahead.group)
-                del ahead
-                yield parsed
-                del parsed  # (not held while the later groups are parsed)
-                segments = segments[skip:]
-        for group in _grouped(segments):
-            yield self._parse(group)
+            try:
+                while rest and (taken := ahead.next()) is not None:
+                    group, parsed = taken
+                    if rest[: len(group)] != group:
+                        break
+                    rest = rest[len(group) :]
+                    del taken, group
+                    yield parsed
+                    del parsed  # (not held while the later groups are parsed)
+            finally:
+                ahead.close()
+        grouped = list(_grouped(rest))
+        if len(grouped) == 1:
+            yield self._parse(grouped[0][0])
+            return
+        own = _Parser(lambda: grouped, self._parse, ahead=_GROUP_BYTES, guess=False)
+        try:
+            while (taken := own.next()) is not None:
+                yield taken[1]
+                del taken
+        finally:
+            own.close()
 
     def _parse(self, group: Sequence[Segment]) -> Parsed:
         batch, prints = parse_segments(group, self.schemas, self.keys)
@@ -263,9 +289,9 @@ class ChangelogUpstream:
         return EventGroup(batch.files, batch.events, batch.values), records
 
 
-def _grouped(segments: Sequence[Segment]) -> Iterator[list[Segment]]:
+def _grouped(segments: Sequence[Segment]) -> Iterator[tuple[list[Segment], int]]:
     """``segments`` in order, cut into groups of at most ``_GROUP_BYTES`` (at least one
-    segment each)."""
+    segment each), with their sizes in bytes."""
     group: list[Segment] = []
     size = 0
     for seg in segments:
@@ -274,57 +300,101 @@ def _grouped(segments: Sequence[Segment]) -> Iterator[list[Segment]]:
         except OSError:
             length = 0
         if group and size + length > _GROUP_BYTES:
-            yield group
+            yield group, size
             group, size = [], 0
         group.append(seg)
         size += length
     if group:
-        yield group
+        yield group, size
 
 
-class _Ahead:
-    """The first group of a batch's segments, found and parsed on a thread of its own,
-    for the batch that reads them.
+class _Parser:
+    """Groups of segments parsed in order on a thread of their own, ahead of the batch
+    that ingests them: at most ``ahead`` bytes of segments parsed and not yet taken
+    (one group at least), so memory stays bounded however long the batch.
 
-    A guess or a parse that fails is dropped: the batch parses the segments itself and
-    reports any error as it would have.
+    ``plan`` gives the groups (on the thread: finding them may list folders). With
+    ``guess``, they are a guess at what a batch will read (the first batch's, while Spark
+    starts the query): a failure ends the parse quietly, and the batch parses what it did
+    not take itself, reporting any error as it would have. Otherwise a failure is raised
+    to the batch where it takes the group that failed, as a parse in line would raise it.
     """
 
     def __init__(
         self,
-        plan: Callable[[], tuple[Segment, ...]],
+        plan: Callable[[], Iterable[tuple[list[Segment], int]]],
         parse: Callable[[Sequence[Segment]], Parsed],
+        *,
+        ahead: int,
+        guess: bool,
     ) -> None:
-        self.group: tuple[Segment, ...] = ()
-        self._parsed: Parsed | None = None
+        self._ahead = ahead
+        self._guess = guess
+        self._changed = threading.Condition()
+        self._ready: deque[tuple[tuple[Segment, ...], Parsed | Exception, int]] = deque()
+        self._held = 0  # bytes of the segments in _ready
+        self._ended = False  # nothing more comes
+        self._stopped = False
+        name = "deltamv-parse-ahead" if guess else "deltamv-parse"
         self._thread = threading.Thread(
-            target=self._run, args=(plan, parse), name="deltamv-parse-ahead", daemon=True
+            target=self._run, args=(plan, parse), name=name, daemon=True
         )
         self._thread.start()
 
     def _run(
-        self, plan: Callable[[], tuple[Segment, ...]], parse: Callable[[Sequence[Segment]], Parsed]
+        self,
+        plan: Callable[[], Iterable[tuple[list[Segment], int]]],
+        parse: Callable[[Sequence[Segment]], Parsed],
     ) -> None:
         try:
-            group = plan()
-            if group:
-                self._parsed = parse(group)
-                self.group = group
-        except Exception as e:  # see the class doc
-            log.debug("no parse ahead of the first batch: %s", e)
+            for group, size in plan():
+                with self._changed:
+                    while self._ready and self._held + size > self._ahead and not self._stopped:
+                        self._changed.wait()
+                    if self._stopped:
+                        return
+                item: Parsed | Exception
+                try:
+                    item = parse(group)
+                except Exception as e:
+                    if self._guess:
+                        raise
+                    item = e
+                with self._changed:
+                    self._ready.append((tuple(group), item, size))
+                    self._held += size
+                    self._changed.notify_all()
+                if isinstance(item, Exception):
+                    return
+        except Exception as e:  # a guess's (see the class doc)
+            log.debug("parse ahead of the first batch ended: %s", e)
+        finally:
+            with self._changed:
+                self._ended = True
+                self._changed.notify_all()
 
-    def join(self) -> None:
-        """Wait for the thread (a parse is not cut short) and drop what it parsed."""
-        self._thread.join()
-        self._parsed = None
+    def next(self) -> tuple[tuple[Segment, ...], Parsed] | None:
+        """The next group and its parse, in order (waiting for it); None after the last.
+        A failure to parse it is raised here."""
+        with self._changed:
+            while not self._ready and not self._ended:
+                self._changed.wait()
+            if not self._ready:
+                return None
+            group, item, size = self._ready.popleft()
+            self._held -= size
+            self._changed.notify_all()
+        if isinstance(item, Exception):
+            raise item
+        return group, item
 
-    def take(self, segments: Sequence[Segment]) -> Parsed | None:
-        """The parse, if ``segments`` begin with its group (else None, and dropped)."""
+    def close(self) -> None:
+        """Stop after the group being parsed, if any, and let go of what was not taken."""
+        with self._changed:
+            self._stopped = True
+            self._ready.clear()
+            self._changed.notify_all()
         self._thread.join()
-        parsed, self._parsed = self._parsed, None
-        if parsed is None or tuple(segments[: len(self.group)]) != self.group:
-            return None
-        return parsed
 
 
 def _last_logged(log_dir: Path) -> int:
