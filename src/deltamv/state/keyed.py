@@ -141,7 +141,7 @@ class KeyedTable:
         """Rows inserted inside go into the table without its indexes, which are built
         once at the end, all inside the caller's transaction. Building an index from the
         rows at once costs less than keeping it up at every insert: for a million rows
-        here, 2.2-2.8x less time with keys in random order, 1.2-1.3x in key order
+        here, 2.2-2.5x less time with keys in random order, 1.5-1.8x in key order
         (benchmarks/results/2026-11-28-s44-indexes-after/). Nothing may look rows up
         inside. A unique index over two equal values raises ``sqlite3.IntegrityError``
         at the end; after any error the caller's transaction must be rolled back, which
