@@ -548,6 +548,7 @@ class BatchRunner:
             # from the batch's change (see _from_empty).
             self.views.build(list(self.views.views), self.scratch)
         else:
+            files = self.views.files  # (the views' first evaluation reads the rows there)
             try:
                 with loading(self.mirrors.values()):  # (the indexes built at the end)
                     for table, rows in snapshot:
@@ -557,11 +558,14 @@ class BatchRunner:
                         key = (rows.column(KEY) if KEY in rows.column_names
                                else pa.nulls(rows.num_rows, pa.string()))  # fmt: skip
                         keyed = rows.select(mirror.schema.names[1:]).add_column(0, KEY, key)
-                        insert_rows(mirror, keyed.cast(mirror.schema))
+                        keyed = keyed.cast(mirror.schema)
+                        insert_rows(mirror, keyed)
+                        files.load(table, keyed)
             except DuplicateKeyError as exc:
                 folder = self.config.snapshot
                 where = f"{folder}/{exc.table}" if folder else "the upstream's first copy"
                 raise exc.at(where, None) from None
+            files.loaded()
             self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
             for target in self.targets.values():
                 self.store.outbox.put(-1, target.id, self._whole(target))
