@@ -353,21 +353,17 @@ class _Parser:
                         self._changed.wait()
                     if self._stopped:
                         return
-                item: Parsed | Exception
-                try:
-                    item = parse(group)
-                except Exception as e:
-                    if self._guess:
-                        raise
-                    item = e
+                parsed = parse(group)
                 with self._changed:
-                    self._ready.append((tuple(group), item, size))
+                    self._ready.append((tuple(group), parsed, size))
                     self._held += size
                     self._changed.notify_all()
-                if isinstance(item, Exception):
-                    return
-        except Exception as e:  # a guess's (see the class doc)
-            log.debug("parse ahead of the first batch ended: %s", e)
+        except Exception as e:
+            if self._guess:  # (see the class doc)
+                log.debug("parse ahead of the first batch ended: %s", e)
+            else:  # raised where the batch takes the group that failed
+                with self._changed:
+                    self._ready.append(((), e, 0))
         finally:
             with self._changed:
                 self._ended = True
