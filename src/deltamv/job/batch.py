@@ -566,7 +566,7 @@ class BatchRunner:
                 where = f"{folder}/{exc.table}" if folder else "the upstream's first copy"
                 raise exc.at(where, None) from None
             files.loaded()
-            self.views.build(list(self.views.views), self.scratch)  # mirrors written out here
+            self.views.build(list(self.views.views), self.scratch)  # (over the files loaded)
             for target in self.targets.values():
                 self.store.outbox.put(-1, target.id, self._whole(target))
         self.store.mark_bootstrapped()
