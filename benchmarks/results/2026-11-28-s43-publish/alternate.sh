@@ -3,10 +3,5 @@
 # This session's runs: OLD=/tmp/s43/old (a1a3958) -> ab16.jsonl, and with phases ->
 # ph16.jsonl; OLD=/tmp/s43/old2 (aa93c81) against 2fed484 -> ab16-ahead.jsonl and
 # ph16-ahead.jsonl (there with a copy of the phases mode as phases.py).
-cd /work/main
-for round in 1 2 3; do
-for t in old new; do
-  case $t in old) R=$OLD;; new) R=/work/main;; esac
-  BENCH=$R/benchmarks PYTHONPATH=$R/src timeout 900 .venv/bin/python benchmarks/results/2026-11-27-s41-start/ab.py 2 $t $SEGMENTS "$@"
-done
-done
+# (Session 44's alternate.sh runs any set of trees; this is its case of two.)
+TREES="old=$OLD new=/work/main" bash /work/main/benchmarks/results/2026-11-28-s44-parse-pipeline/alternate.sh "$@"

@@ -10,6 +10,7 @@ run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -43,11 +44,7 @@ def load(rows: pa.Table, mode: str) -> dict[str, float]:
         mirror = keyed.Mirror(db, "accounts", COLUMNS, ["id"])
         start = time.perf_counter()
         db.execute("BEGIN IMMEDIATE")
-        if mode == "after":
-            with loading([mirror]):
-                for offset in range(0, rows.num_rows, 500_000):
-                    insert_rows(mirror, rows.slice(offset, 500_000))
-        else:
+        with loading([mirror]) if mode == "after" else contextlib.nullcontext():
             for offset in range(0, rows.num_rows, 500_000):
                 insert_rows(mirror, rows.slice(offset, 500_000))
         loaded = time.perf_counter()
