@@ -16,12 +16,15 @@ from deltamv.state import StateStore
 from .events import commit, committed, group, init, prewrite, resolved, retired, rollback
 
 
-def run(state: StateStore, batch: int, rows: list[dict[str, object]]) -> IngestResult:
-    """One batch through matcher, frontier and buffer, in one state transaction."""
+def run(
+    state: StateStore, batch: int, rows: list[dict[str, object]], *more: list[dict[str, object]]
+) -> IngestResult:
+    """One batch through matcher, frontier and buffer, in one state transaction; its
+    events in one group, or in ``rows`` and then each of ``more``."""
     compute = Compute(threads=1, memory_limit="256MB")
     try:
         with state.transaction():
-            return ingest(state, compute, batch, [group(rows)])
+            return ingest(state, compute, batch, [group(g) for g in (rows, *more)])
     finally:
         compute.close()
 
@@ -265,7 +268,7 @@ FINAL = {"a": None, "b": {"v": 2}, "c": {"v": 3}, "x": {"v": 9}, "z": {"v": 6}}
     suppress_health_check=[HealthCheck.large_base_example, HealthCheck.function_scoped_fixture],
 )
 @given(data=st.data())
-def test_any_interleaving_batching_and_retransmission_gives_the_same_result(
+def test_any_interleaving_batching_grouping_and_retransmission_gives_the_same_result(
     tmp_path_factory: pytest.TempPathFactory, data: st.DataObject
 ) -> None:
     state = StateStore(tmp_path_factory.mktemp("s") / "state.db", job="t", start_ts=0)
@@ -276,16 +279,18 @@ def test_any_interleaving_batching_and_retransmission_gives_the_same_result(
     cursors = dict.fromkeys(streams, 0)
     batch, final_state, watermarks = 0, {}, []
     while any(cursors[r] < len(s) for r, s in streams.items()):
-        rows = []
+        rows, later = [], []  # a batch in two groups: each region's first events, the rest
         for region, stream in streams.items():
             take = data.draw(st.integers(0, len(stream) - cursors[region]))
-            rows += stream[cursors[region] : cursors[region] + take]
+            first = data.draw(st.integers(0, take))
+            rows += stream[cursors[region] : cursors[region] + first]
+            later += stream[cursors[region] + first : cursors[region] + take]
             cursors[region] += take
-        if not rows:  # every region published nothing this round: let one move on
+        if not rows and not later:  # every region published nothing this round: let one move on
             region = next(r for r, s in streams.items() if cursors[r] < len(s))
             rows.append(streams[region][cursors[region]])
             cursors[region] += 1
-        result = run(state, batch, rows)
+        result = run(state, batch, *[g for g in (rows, later) if g])
         watermarks.append(result.watermark)
         for key, (op, value, commit_ts) in released(result).items():
             assert commit_ts <= result.watermark

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from deltamv.compute import Compute
 from deltamv.pipeline.frontier import Blocker, RegionState, min_span
@@ -68,11 +69,15 @@ def ingest(
     regions: Mapping[int, RegionState] = before
     held: dict[str, list[pa.Table]] = {}
     held_rows = events = 0
+    finished: pa.Table | None = None  # the last group's, added once the watermark is known
     for group in groups:
+        if finished is not None:  # (the next group's match looks them up)
+            store.done.add(finished)
         matched = match(
             compute, group.files, group.events, group.values,
             regions=regions, pending=store.pending, done=store.done, floor=floor,
         )  # fmt: skip
+        finished = matched.finished
         regions = matched.regions
         events += matched.events
         for table, rows in matched.committed.items():
@@ -88,6 +93,8 @@ def ingest(
     watermark = max(blocker.watermark, floor)
     committed = {t: pa.concat_tables(p) if len(p) > 1 else p[0] for t, p in held.items()}
     released = release(store.buffer, committed, watermark=watermark)
+    if finished is not None:  # (those at or below the watermark, the prune would drop)
+        store.done.add(finished.filter(pc.greater(finished.column("commit_ts"), watermark)))
     store.done.prune(watermark)
     store.save_regions({r: s for r, s in regions.items() if before.get(r) != s}, started)
     store.begin_batch(

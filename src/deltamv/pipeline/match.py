@@ -60,6 +60,9 @@ class Matched:
     events: int
     committed: Mapping[str, pa.Table]
     regions: Mapping[int, RegionState]
+    # The transactions that finished here (region, start_ts, commit_ts: NULL for a
+    # rollback), except in regions that retired: for the caller to add to ``done``.
+    finished: pa.Table
 
 
 @dataclass
@@ -83,8 +86,9 @@ def match(
 
     ``floor`` is the watermark already applied: a committed row at or below it has
     already been output (or is in the snapshot), so it is a re-emission and dropped.
-    Updates ``pending`` and ``done``; returns the committed rows and the regions after
-    the batch. Raises BadRecordError for the first event that breaks the contract.
+    Updates ``pending`` (and ``done`` for retired regions); returns the committed rows,
+    the regions after the batch and the transactions finished, which the caller adds to
+    ``done``. Raises BadRecordError for the first event that breaks the contract.
     """
     n = events.num_rows
     ev_index = pa.array(np.arange(n, dtype=np.int64))
@@ -125,13 +129,16 @@ def match(
         finished.column("fcommit"),
         pa.scalar(None, pa.int64()),
     )
-    done.add(pa.table({"region": finished.column("region"), "start_ts": finished.column("start_ts"),
-                       "commit_ts": commit_ts}))  # fmt: skip
+    finished = pa.table({"region": finished.column("region"),
+                         "start_ts": finished.column("start_ts"), "commit_ts": commit_ts})  # fmt: skip
     for region in retired_at:
         # Unresolved locks of a retired region are re-emitted by its successors.
         pending.drop_region(region)
         done.drop_region(region)
-    return Matched(n, committed, new_regions)
+    if retired_at:
+        gone = pa.array(list(retired_at), pa.int64())
+        finished = finished.filter(pc.invert(pc.is_in(finished.column("region"), gone)))
+    return Matched(n, committed, new_regions, finished)
 
 
 # -- region events ------------------------------------------------------------------------
