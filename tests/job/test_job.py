@@ -197,21 +197,47 @@ def test_the_first_batch_takes_the_segments_parsed_ahead(
 def test_a_batch_that_reads_other_segments_than_parsed_ahead_parses_its_own(
     spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A guess that is not how the batch begins (here: region 2's segment only, where the
-    batch begins with region 1's) is dropped; the batch parses every segment itself."""
+    """A guess that is not what the batch reads next in its region (here: region 1's
+    second segment, where the batch reads its first before) is dropped; the batch parses
+    every segment itself."""
+    segment(bank, 1, 2, GOOD_1_2)
+    segment(bank, 2, 2, GOOD_2_2)
     parsed = _spy_parses(monkeypatch)
     real = ChangelogUpstream._first_batch_ahead
 
     def wrong(self: ChangelogUpstream, done: int, *, once: bool) -> tuple[Segment, ...]:
-        return tuple(s for s in real(self, done, once=once) if s.region == 2)
+        return tuple(s for s in real(self, done, once=once) if s.region == 1)[1:]
 
     monkeypatch.setattr(ChangelogUpstream, "_first_batch_ahead", wrong)
     reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
-    assert [r.watermark for r in reports if r.committed] == [115]
+    assert [r.watermark for r in reports if r.committed] == [140]
     ahead = [group for thread, group in parsed if thread == "deltamv-parse-ahead"]
     own = [path for thread, group in parsed if thread != "deltamv-parse-ahead" for path in group]
-    assert len(ahead) == 1 and all("region-2" in path for path in ahead[0])
+    assert ahead == [(str(bank / "changelog" / "region-1" / "000002.jsonl"),)]
     assert sorted(own) == sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
+
+
+def test_a_guess_of_one_regions_segments_is_taken_and_the_others_parsed(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regions have no order between them: a guess holding region 2's segments alone is
+    what the batch reads next there, so it is taken; region 1's are parsed by the batch."""
+    parsed = _spy_parses(monkeypatch)
+    real = ChangelogUpstream._first_batch_ahead
+
+    def region_2(self: ChangelogUpstream, done: int, *, once: bool) -> tuple[Segment, ...]:
+        return tuple(s for s in real(self, done, once=once) if s.region == 2)
+
+    monkeypatch.setattr(ChangelogUpstream, "_first_batch_ahead", region_2)
+    reports = ViewJob(load_config(bank / "config.toml"), spark).run(once=True)
+    assert [r.watermark for r in reports if r.committed] == [115]
+    files = sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
+    assert sorted(path for _, group in parsed for path in group) == files  # each once
+    ahead = [path for thread, group in parsed if thread == "deltamv-parse-ahead" for path in group]
+    assert ahead and all("region-2" in path for path in ahead)
+    total = bank / "out" / "views" / "total_balance"
+    expected = spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL")
+    assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
 
 
 def test_a_batch_of_many_groups_takes_those_parsed_ahead_then_parses_the_rest_in_order(
@@ -242,6 +268,61 @@ def test_a_batch_of_many_groups_takes_those_parsed_ahead_then_parses_the_rest_in
     total = bank / "out" / "views" / "total_balance"
     expected = spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL")
     assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
+
+
+def test_a_continuous_run_parses_the_segments_that_appear_while_it_waits(
+    spark: Any, bank: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between two triggers of a continuous run, the segments that appear after the last
+    batch's are parsed as they appear; the next batch takes them (each segment parsed
+    once, none by the batch itself) and commits the next consistent version."""
+    parsed = _spy_parses(monkeypatch)
+    new = [bank / "changelog" / f"region-{r}" / "000002.jsonl" for r in (1, 2)]
+    real_after = ChangelogUpstream.after_batch
+
+    def after_batch(self: ChangelogUpstream, store: Any, batch: int) -> None:
+        real_after(self, store, batch)
+        if batch == 0:  # the transfer appears while the run waits for its next trigger
+            segment(bank, 1, 2, GOOD_1_2)
+            segment(bank, 2, 2, GOOD_2_2)
+            deadline = time.monotonic() + 60
+            while {str(p) for _, group in parsed for p in group} < {str(p) for p in new}:
+                assert time.monotonic() < deadline, parsed
+                time.sleep(0.02)
+
+    monkeypatch.setattr(ChangelogUpstream, "after_batch", after_batch)
+    config = load_config(bank / "config.toml")
+    job = ViewJob(config, spark)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            job.run(once=False)
+        except BaseException as e:  # (reported by the assertion below)
+            failed.append(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    total = bank / "out" / "views" / "total_balance"
+    deadline = time.monotonic() + 120
+    try:
+        while not failed and time.monotonic() < deadline:
+            if delta.table_version(str(total)) is not None and 140 in [
+                v.watermark for v in delta.versions(str(total))
+            ]:
+                break
+            time.sleep(0.1)
+    finally:
+        job.request_stop()
+        thread.join(60)
+    assert not failed and not thread.is_alive()
+    assert [v.watermark for v in delta.versions(str(total))] == [115, 140]
+    expected = spark.createDataFrame([(300, 3)], "total BIGINT, accounts BIGINT NOT NULL")
+    assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
+    files = sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
+    assert sorted(path for _, group in parsed for path in group) == files  # each once
+    assert {thread for thread, _ in parsed} == {"deltamv-parse-ahead"}
+    assert not [t for t in threading.enumerate() if t.name.startswith("deltamv-parse")]
 
 
 def test_a_bad_record_in_a_later_group_stops_the_batch_at_its_line(

@@ -11,8 +11,11 @@ A batch's segments are parsed in groups of bounded size, each on a thread while 
 batch matches the group before. While Spark starts the query (about a second), the job
 already parses, in the background, the segments its first batch will most likely read:
 the batch Spark replays, or the one the source's own planning gives from the last
-offset. The batch takes those groups only as long as its segments begin with exactly
-them; what it reads is still decided by Spark's offset log alone.
+offset. After each batch, the segments after its own are parsed the same way, a region
+at a time: those already there (a run catching up with its log), and in a continuous run
+those that appear while it waits for its next trigger. A batch takes a group parsed
+ahead only where it holds, in each of its regions, exactly the segments the batch reads
+next there; what it reads is still decided by Spark's offset log alone.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ __all__ = ["BatchSegments", "ChangelogUpstream"]
 log = logging.getLogger(__name__)
 
 _GROUP_BYTES = 16 << 20  # segment bytes parsed and matched at once (memory per step)
-_AHEAD_BYTES = 48 << 20  # segment bytes parsed ahead of the first batch, not yet taken
+_AHEAD_BYTES = 48 << 20  # segment bytes parsed ahead of a batch, not yet taken
+_POLL_SECONDS = 0.1  # a continuous run's look for new segments while it waits
 
 Parsed = tuple[EventGroup, list[SegmentRecord]]
 
@@ -84,7 +88,11 @@ class ChangelogUpstream:
         self.schemas = {n: t.schema for n, t in config.tables.items()}
         self.keys = {n: t.primary_key for n, t in config.tables.items()}
         self.ledger: SegmentLedger | None = None
-        self._ahead: _Parser | None = None  # the first batch's segments, parsed early
+        self._ahead: _Parser | None = None  # the next batch's segments, parsed early
+        self._once = True
+        # Per region, how its last segment read is named (folder, digits, suffix): where
+        # a continuous run looks for the next one.
+        self._names: dict[int, tuple[str, int, str]] = {}
 
     def start_ts(self) -> int:
         return read_snapshot_ts(self.config.snapshot) if self.config.snapshot else 0
@@ -117,6 +125,10 @@ class ChangelogUpstream:
 
     def ingest(self, store: StateStore, compute: Compute, batch: int, lap: Lap) -> IngestResult:
         segs = self.segments(batch)
+        for seg in segs.segments:
+            folder, name = os.path.split(seg.path)
+            stem, suffix = os.path.splitext(name)
+            self._names[seg.region] = (folder, len(stem), suffix)
         lap("read")
         ledger = self.ledger
         assert ledger is not None, "open() first"
@@ -178,6 +190,7 @@ class ChangelogUpstream:
     def after_batch(self, store: StateStore, batch: int) -> None:
         if self.ledger is not None:
             self.ledger.verify_some()
+        self._read_ahead(batch)
 
     def after_run(self, store: StateStore) -> None:
         pass
@@ -204,11 +217,66 @@ class ChangelogUpstream:
         """Start finding and parsing the segments the run's first batch will most likely
         read (see the module doc), on a thread of its own, up to ``_AHEAD_BYTES`` ahead."""
         done = store.progress().batch
+        self._once = once
 
         def planned() -> Iterator[tuple[list[Segment], int]]:
             return _grouped(self._first_batch_ahead(done, once=once))
 
         self._ahead = _Parser(planned, self._parse, ahead=_AHEAD_BYTES, guess=True)
+
+    def _read_ahead(self, batch: int) -> None:
+        """Start parsing, on a thread, the segments after ``batch``'s: those there now
+        (a run catching up: while Spark plans the next batch), and, in a continuous run,
+        those that appear while it waits for its next trigger (see :meth:`_appearing`)."""
+        if self._ahead is not None:  # (a guess no batch took)
+            self._ahead.close()
+            self._ahead = None
+        names = dict(self._names)
+        last = {r: seq for r, seq in self._logged_offset(batch).items() if r in names}
+        if last:
+            self._ahead = _Parser(
+                lambda: self._appearing(last, names, again=not self._once),
+                self._parse,
+                ahead=_AHEAD_BYTES,
+                guess=True,
+            )
+
+    def _appearing(
+        self, last: dict[int, int], names: Mapping[int, tuple[str, int, str]], *, again: bool
+    ) -> Iterator[tuple[list[Segment], int] | float]:
+        """The segments after ``last`` (a seq per region), a group per region and look,
+        in seq order. With ``again``, it looks until :meth:`_Parser.finish`, giving after
+        each look the seconds to wait before the next one (none after a look that found
+        some); without, it looks once.
+
+        A look asks each region for the file its next seq would be, named as its last
+        one read was: a few stats, where listing a folder grows with its history. A
+        region whose seqs skip a number, or one not read yet in this run, is left to the
+        batch. A region gives at most its share of ``max_segments_per_batch`` (what the
+        source gives each region when every one has that many waiting; a backlog
+        larger than a batch is not parsed past what the next batch reads)."""
+        share = max(1, self.config.max_segments_per_batch // len(last))
+        left = dict.fromkeys(last, share)
+        while any(left.values()):
+            found = False
+            for region in sorted(last):
+                folder, digits, suffix = names[region]
+                group: list[Segment] = []
+                size = 0
+                while left[region] and size < _GROUP_BYTES:
+                    seg = _next_segment(region, last[region] + 1, folder, digits, suffix)
+                    if seg is None:
+                        break
+                    group.append(seg[0])
+                    size += seg[1]
+                    last[region] += 1
+                    left[region] -= 1
+                if group:
+                    found = True
+                    yield group, size
+            if not again:
+                return
+            yield 0.0 if found else _POLL_SECONDS
 
     def _first_batch_ahead(self, done: int, *, once: bool) -> tuple[Segment, ...]:
         """The segments of the first batch this run will ingest (after batch ``done``):
@@ -253,24 +321,32 @@ class ChangelogUpstream:
         return decode_offset(logged_offset(self.offset_log, batch))
 
     def groups(self, segments: Sequence[Segment]) -> Generator[Parsed, None, None]:
-        """The segments parsed in groups of bounded size, in order, with their
-        fingerprints: first those parsed ahead of the first batch, as long as the segments
-        begin with them; the others on a thread of their own, each while the batch
-        ingests the group before it."""
+        """The segments parsed in groups of bounded size, with their fingerprints: first
+        those parsed ahead that hold, in each of their regions, exactly the segments the
+        batch reads next there (consecutive small ones as one group); the others in order
+        on a thread of their own, each while the batch ingests the group before it.
+
+        Each region's segments are matched in their order; there is no order between
+        regions (the change log has none), so taking a region's first segments before
+        another's changes nothing the batch gives."""
         rest = tuple(segments)
         ahead, self._ahead = self._ahead, None
         if ahead is not None:
+            ahead.finish()  # (what it has parsed, or is parsing, is all it gives)
+            queue = _Queue(rest)
             try:
-                while rest and (taken := ahead.next()) is not None:
+                while not queue.empty and (taken := ahead.next()) is not None:
                     group, parsed = taken
-                    if rest[: len(group)] != group:
-                        break
-                    rest = rest[len(group) :]
-                    del taken, group
-                    yield parsed
-                    del parsed  # (not held while the later groups are parsed)
+                    del taken
+                    if queue.take(group):
+                        yield from queue.hold(parsed)
+                    del parsed
+                    if not ahead.ready():  # (the batch goes on rather than wait to join)
+                        yield from queue.flush()
+                yield from queue.flush()
             finally:
                 ahead.close()
+            rest = queue.rest()
         grouped = list(_grouped(rest))
         if len(grouped) == 1:
             yield self._parse(grouped[0][0])
@@ -287,6 +363,116 @@ class ChangelogUpstream:
         batch, prints = parse_segments(group, self.schemas, self.keys)
         records = [_record(p) for p in prints]
         return EventGroup(batch.files, batch.events, batch.values), records
+
+
+class _Queue:
+    """A batch's segments as it takes groups parsed ahead (see ``groups``): which it
+    may take, and the taken ones joined into groups of up to ``_GROUP_BYTES``."""
+
+    def __init__(self, segments: Sequence[Segment]) -> None:
+        self.segments = segments
+        self.next: dict[int, list[Segment]] = {}  # per region, its segments still to take
+        for seg in segments:
+            self.next.setdefault(seg.region, []).append(seg)
+        self.taken: dict[int, int] = dict.fromkeys(self.next, 0)
+        self.closed: set[int] = set()  # regions a group did not fit: none taken after it
+        self.held: list[Parsed] = []
+        self.held_bytes = 0
+
+    @property
+    def empty(self) -> bool:
+        return all(self.taken[r] == len(s) for r, s in self.next.items())
+
+    def take(self, group: Sequence[Segment]) -> bool:
+        """Whether ``group`` holds, in each of its regions, exactly the segments the
+        batch reads next there; if so they count as taken, else its regions close."""
+        by_region: dict[int, list[Segment]] = {}
+        for seg in group:
+            by_region.setdefault(seg.region, []).append(seg)
+        fits = all(
+            r not in self.closed
+            and self.next.get(r, [])[self.taken.get(r, 0) : self.taken.get(r, 0) + len(segs)]
+            == segs
+            for r, segs in by_region.items()
+        )
+        if not fits:
+            self.closed.update(by_region)
+            return False
+        for r, segs in by_region.items():
+            self.taken[r] += len(segs)
+        return True
+
+    def hold(self, parsed: Parsed) -> Iterator[Parsed]:
+        """Hold a taken group, to be joined with the next ones; first give out those
+        held, joined, if it would take them over ``_GROUP_BYTES``."""
+        size = sum(r.size for r in parsed[1])
+        if self.held and self.held_bytes + size > _GROUP_BYTES:
+            yield from self.flush()
+        self.held.append(parsed)
+        self.held_bytes += size
+
+    def flush(self) -> Iterator[Parsed]:
+        """The groups held, joined into one."""
+        if self.held:
+            held, self.held, self.held_bytes = self.held, [], 0
+            yield _joined(held)
+
+    def rest(self) -> tuple[Segment, ...]:
+        """The batch's segments not taken, in its order."""
+        position = dict.fromkeys(self.next, 0)
+        rest = []
+        for seg in self.segments:
+            if position[seg.region] >= self.taken[seg.region]:
+                rest.append(seg)
+            position[seg.region] += 1
+        return tuple(rest)
+
+
+def _joined(parts: Sequence[Parsed]) -> Parsed:
+    """Groups parsed apart as one: their segments one after the other."""
+    if len(parts) == 1:
+        return parts[0]
+    files: list[str] = []
+    events: list[pa.Table] = []
+    values: dict[str, list[pa.Table]] = {}
+    records: list[SegmentRecord] = []
+    rows = 0
+    for group, recs in parts:
+        events.append(_shifted(group.events, "file", len(files)))
+        for name, table in group.values.items():
+            values.setdefault(name, []).append(_shifted(table, "row", rows))
+        files.extend(group.files)
+        rows += group.events.num_rows
+        records.extend(recs)
+    joined = EventGroup(
+        tuple(files),
+        pa.concat_tables(events),
+        {name: pa.concat_tables(tables) for name, tables in values.items()},
+    )
+    return joined, records
+
+
+def _shifted(table: pa.Table, name: str, by: int) -> pa.Table:
+    """``table`` with ``by`` added to its column ``name`` (a position)."""
+    i = table.schema.get_field_index(name)
+    column = table.column(i)
+    return table.set_column(i, table.schema.field(i), pc.add(column, pa.scalar(by, column.type)))
+
+
+def _next_segment(
+    region: int, seq: int, folder: str, digits: int, suffix: str
+) -> tuple[Segment, int] | None:
+    """Segment ``seq`` of a region and its size, if it is there: named with at least
+    ``digits`` digits, as ``suffix`` (``.jsonl`` or ``.parquet``) or the other."""
+    for ext in (suffix, ".parquet" if suffix == ".jsonl" else ".jsonl"):
+        path = os.path.join(folder, f"{seq:0{digits}d}{ext}")
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            continue
+        fmt: SegmentFormat = "parquet" if ext == ".parquet" else "jsonl"
+        return Segment(region, seq, path, fmt), size
+    return None
 
 
 def _grouped(segments: Sequence[Segment]) -> Iterator[tuple[list[Segment], int]]:
@@ -313,16 +499,18 @@ class _Parser:
     that ingests them: at most ``ahead`` bytes of segments parsed and not yet taken
     (one group at least), so memory stays bounded however long the batch.
 
-    ``plan`` gives the groups (on the thread: finding them may list folders). With
-    ``guess``, they are a guess at what a batch will read (the first batch's, while Spark
-    starts the query): a failure ends the parse quietly, and the batch parses what it did
-    not take itself, reporting any error as it would have. Otherwise a failure is raised
-    to the batch where it takes the group that failed, as a parse in line would raise it.
+    ``plan`` gives the groups (on the thread: finding them may list folders); a plan that
+    looks for new segments again and again gives, between its looks, the seconds to wait
+    before the next one, and ends at the first of them after :meth:`finish`. With ``guess``, they are a guess at what a batch will read (the first
+    batch's while Spark starts the query, the next one's while a continuous run waits): a
+    failure ends the parse quietly, and the batch parses what it did not take itself,
+    reporting any error as it would have. Otherwise a failure is raised to the batch
+    where it takes the group that failed, as a parse in line would raise it.
     """
 
     def __init__(
         self,
-        plan: Callable[[], Iterable[tuple[list[Segment], int]]],
+        plan: Callable[[], Iterable[tuple[list[Segment], int] | float]],
         parse: Callable[[Sequence[Segment]], Parsed],
         *,
         ahead: int,
@@ -334,6 +522,7 @@ class _Parser:
         self._ready: deque[tuple[tuple[Segment, ...], Parsed | Exception, int]] = deque()
         self._held = 0  # bytes of the segments in _ready
         self._ended = False  # nothing more comes
+        self._finishing = False  # no group after the one being parsed
         self._stopped = False
         name = "deltamv-parse-ahead" if guess else "deltamv-parse"
         self._thread = threading.Thread(
@@ -343,16 +532,16 @@ class _Parser:
 
     def _run(
         self,
-        plan: Callable[[], Iterable[tuple[list[Segment], int]]],
+        plan: Callable[[], Iterable[tuple[list[Segment], int] | float]],
         parse: Callable[[Sequence[Segment]], Parsed],
     ) -> None:
         try:
-            for group, size in plan():
-                with self._changed:
-                    while self._ready and self._held + size > self._ahead and not self._stopped:
-                        self._changed.wait()
-                    if self._stopped:
-                        return
+            for planned in plan():
+                if not self._room(planned):
+                    return
+                if isinstance(planned, float):
+                    continue
+                group, size = planned
                 parsed = parse(group)
                 with self._changed:
                     self._ready.append((tuple(group), parsed, size))
@@ -360,7 +549,7 @@ class _Parser:
                     self._changed.notify_all()
         except Exception as e:
             if self._guess:  # (see the class doc)
-                log.debug("parse ahead of the first batch ended: %s", e)
+                log.debug("parse ahead of a batch ended: %s", e)
             else:  # raised where the batch takes the group that failed
                 with self._changed:
                     self._ready.append(((), e, 0))
@@ -368,6 +557,18 @@ class _Parser:
             with self._changed:
                 self._ended = True
                 self._changed.notify_all()
+
+    def _room(self, planned: tuple[list[Segment], int] | float) -> bool:
+        """Wait for room to parse ``planned``, or the seconds it gives before the next
+        look; False: go no further (stopped, or finished at a look)."""
+        with self._changed:
+            if isinstance(planned, float):
+                if planned and not (self._stopped or self._finishing):
+                    self._changed.wait(planned)
+                return not (self._stopped or self._finishing)
+            while self._ready and self._held + planned[1] > self._ahead and not self._stopped:
+                self._changed.wait()
+            return not self._stopped
 
     def next(self) -> tuple[tuple[Segment, ...], Parsed] | None:
         """The next group and its parse, in order (waiting for it); None after the last.
@@ -383,6 +584,18 @@ class _Parser:
         if isinstance(item, Exception):
             raise item
         return group, item
+
+    def ready(self) -> bool:
+        """Whether :meth:`next` has a group parsed for the taking now."""
+        with self._changed:
+            return bool(self._ready)
+
+    def finish(self) -> None:
+        """End at the plan's next look for new segments: :meth:`next` gives the groups
+        planned before it, then None. (No effect on a plan that does not look again.)"""
+        with self._changed:
+            self._finishing = True
+            self._changed.notify_all()
 
     def close(self) -> None:
         """Stop after the group being parsed, if any, and let go of what was not taken."""
