@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from deltamv.changelog import _fast
 from deltamv.changelog.batch import ParseStats, parse_segments
 from deltamv.changelog.events import CONTROL_SCHEMA
+from deltamv.errors import BadRecordError
 from deltamv.schema import TableSchema
 
 from .batchgen import (
@@ -294,6 +295,19 @@ def test_corrupted_logs_fail_like_the_reference(
         lines = [e.text if isinstance(e, Raw) else dumps(e) for e in evs]
         paths.append(write_jsonl(root / "region-1" / f"{i:06d}.jsonl", lines))
     check_same([segment_of(p) for p in paths])
+
+
+@pytest.mark.parametrize("amount", ["0.001", "-0.004", Raw("0.001"), Raw("1e-7")])
+def test_a_decimal_below_the_scales_last_place_is_a_bad_record(tmp_path: Path, amount: Any) -> None:
+    """Rounding it to zero is rounding too: refused at its line, on every path (the
+    value parses at a larger scale where another table's column of its name has one)."""
+    event = {**_BASES[0], "value": {**_BASES[0]["value"], "amount": amount}}
+    path = write_jsonl(tmp_path / "region-1" / "000001.jsonl", [dumps(_BASES[4]), dumps(event)])
+    with pytest.raises(BadRecordError) as raised:
+        parse_segments([segment_of(path)], TABLES, PRIMARY_KEYS)
+    assert str(raised.value).startswith(f"bad record at {path}:2: ")
+    assert "is not a DECIMAL(10,2) without rounding" in str(raised.value)
+    check_same([segment_of(path)])
 
 
 def _pick(events: list[Any], line: int) -> dict[str, Any]:

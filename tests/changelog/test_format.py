@@ -128,6 +128,10 @@ VALID = resolved(1, 5)
         (json.dumps(put(1, 10, "o", {"small": 128}, table="orders")), "column 'small'"),
         (json.dumps(put(1, 10, "o", {"id": 2**31}, table="orders")), "column 'id'"),
         (json.dumps(put(1, 10, "o", {"amount": "12.345"}, table="orders")), "column 'amount'"),
+        # below the scale's last place: rounding it to 0.00 is rounding too
+        (json.dumps(put(1, 10, "o", {"amount": "0.001"}, table="orders")), "without rounding"),
+        (json.dumps(put(1, 10, "o", {"amount": "-0.004"}, table="orders")), "without rounding"),
+        (json.dumps(put(1, 10, "o", {"amount": 1e-7}, table="orders")), "without rounding"),
         (json.dumps(put(1, 10, "o", {"amount": 123456789.5}, table="orders")), "column 'amount'"),
         (json.dumps(put(1, 10, "o", {"amount": "1,5"}, table="orders")), "column 'amount'"),
         (json.dumps(put(1, 10, "o", {"amount": True}, table="orders")), "column 'amount'"),

@@ -169,6 +169,20 @@ def test_parquet_snapshot_errors_like_the_reference(tmp_path: Path) -> None:
     check_same_snapshot(folder)
 
 
+def test_a_snapshot_decimal_below_the_scales_last_place_is_a_bad_record(tmp_path: Path) -> None:
+    folder = tmp_path / "wide"
+    folder.mkdir()
+    path = folder / "a.jsonl"
+    path.write_text(
+        dumps({"id": 1, "amount": "1.50"}) + "\n" + dumps({"id": 2, "amount": "0.001"}) + "\n"
+    )
+    with pytest.raises(BadRecordError) as raised:
+        list(iter_snapshot(str(tmp_path), "wide", SCHEMA))
+    assert str(raised.value).startswith(f"bad record at {path}:2: ")
+    assert "without rounding" in str(raised.value)
+    check_same_snapshot(folder)
+
+
 def test_missing_table_is_empty(tmp_path: Path) -> None:
     assert list(iter_snapshot(str(tmp_path), "wide", SCHEMA)) == []
 

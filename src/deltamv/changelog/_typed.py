@@ -136,8 +136,7 @@ def _check_decimal(arr: pa.Array, col: Column) -> Checked:
     scale = col.scale
     if arr.type.scale != scale:
         # Parsed at a larger scale (another table's column of the same name). A value
-        # that needs rounding is left to the reference path (which accepts it when it
-        # rounds to zero and rejects it otherwise).
+        # that needs rounding is left to the reference path, which refuses it.
         narrow = arr.cast(pa.decimal128(38, scale), safe=False)
         exact = pc.equal(narrow.cast(arr.type), arr)
         undecided = _np_valid(arr) & ~_np_mask(exact)

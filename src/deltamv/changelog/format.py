@@ -180,11 +180,9 @@ def _decimal_checker(col: Column, bad: Complaint) -> Callable[[Any], Any]:
             q = d.quantize(quantum, context=_DECIMAL_CONTEXT)
         except InvalidOperation:
             raise bad(v, f"a DECIMAL({col.precision},{col.scale})") from None
-        if q == 0:
-            return zero
         if q != d or len(q.as_tuple().digits) > max_digits:
             raise bad(v, f"a DECIMAL({col.precision},{col.scale}) without rounding")
-        return format(q, "f")
+        return zero if q == 0 else format(q, "f")  # (no "-0.000")
 
     return check_decimal
 
