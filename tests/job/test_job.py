@@ -4,6 +4,7 @@ in test_job_oracle.py)."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from deltamv.config import load_config
 from deltamv.errors import BadRecordError, ConfigError, StateError
 from deltamv.job import ViewJob
 from deltamv.job.changelog import ChangelogUpstream
+from tests.helpers import changelog as log
 from tests.helpers.bank import (
     CONFIG,
     GOOD_1_2,
@@ -341,6 +343,45 @@ def test_a_bad_record_in_a_later_group_stops_the_batch_at_its_line(
     assert str(raised.value).startswith(f"bad record at {bad}:4: ")
     assert not (bank / "out" / "views" / "total_balance").exists()
     assert not [t for t in threading.enumerate() if t.name.startswith("deltamv-parse")]
+
+
+def test_a_double_changed_only_from_zero_to_minus_zero_is_changed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """-0.0 equals 0.0 in SQL, but it is another value (``CAST`` and ``1/x`` tell them
+    apart): an update from one to the other reaches the table's copy and every view."""
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "z"\nchangelog = "changelog"\ncheckpoint = "state"\nmax_segments_per_batch = 1\n'
+        '[tables.t]\nschema = "id BIGINT NOT NULL, x DOUBLE"\nprimary_key = ["id"]\n'
+        'path = "out/t"\n'
+        '[views.same]\nsql = "SELECT id, x FROM t"\npath = "out/same"\n'
+        '[views.text]\nsql = "SELECT id, CAST(x AS STRING) AS s FROM t"\npath = "out/text"\n'
+    )
+    changelog = tmp_path / "changelog"
+    events = [log.initialized(1, "", ""), *_put_x(100, 0.0, None), log.resolved(1, 200)]
+    log.write_segment(changelog, 1, 1, events)
+    log.write_segment(changelog, 1, 2, [*_put_x(300, -0.0, 0.0), log.resolved(1, 400)])
+    log.write_segment(changelog, 1, 3, [*_put_x(500, 0.0, -0.0), log.resolved(1, 600)])
+    config = load_config(tmp_path / "config.toml")
+    ViewJob(config, spark).run(once=True)
+    signs = {-1.0: "-0.0", 1.0: "0.0"}
+    for name in ("t", "same", "text"):
+        path = str(tmp_path / "out" / name)
+        got = []
+        for info in delta.versions(path):
+            row = delta.read_arrow(path, info.version).to_pylist()
+            assert len(row) == 1, (name, row)
+            value = row[0]["s"] if name == "text" else signs[math.copysign(1.0, row[0]["x"])]
+            got.append((info.watermark, value))
+        assert got == [(200, "0.0"), (400, "-0.0"), (600, "0.0")], name
+
+
+def _put_x(start_ts: int, x: float, old: float | None) -> list[Any]:
+    old_value = {} if old is None else {"old_value": {"id": 1, "x": old}}
+    return [
+        log.put(1, start_ts, "t/1", {"id": 1, "x": x}, table="t", **old_value),
+        log.commit(1, start_ts, start_ts + 1, "t/1", table="t"),
+    ]
 
 
 def test_a_stop_while_the_job_opens_runs_no_batch(

@@ -3,8 +3,10 @@
 A Z-set is a table of rows with an int64 weight: +n inserts n copies of the row, -n
 removes n copies. Rows are equal when every column is equal, with NULL equal to NULL,
 NaN equal to NaN (whatever its bits) and -0.0 equal to 0.0 (Spark's equality for
-grouping). Consolidation sums the weights of equal rows and keeps each distinct row
-once, with the bits of its first occurrence; rows whose weights sum to 0 disappear.
+grouping). Consolidation sums the weights of rows that are the same, -0.0 apart from
+0.0 (a row changed from one to the other is changed), and keeps each distinct row once,
+with the bits of its first occurrence; rows whose weights sum to 0 disappear. A removal
+takes a row equal to the one it names.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ def consolidate(rows: pa.Table, schema: pa.Schema) -> ZSet:
     w = weights.cast(pa.int64()).to_numpy()
     if data.num_rows == 0:
         return empty_zset(schema)
-    first, sums = _group(data, w)
+    first, sums = _group(data, w, signed_zeros=True)
     keep = sums != 0
     return ZSet(data.take(pa.array(first[keep])), sums[keep])
 
@@ -147,10 +149,15 @@ def normalized(column: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray | pa.Array
     return pc.if_else(pc.is_nan(plus), pa.scalar(float("nan"), column.type), plus)
 
 
-def _group(rows: pa.Table, weights: np.ndarray, *, last: bool = False) -> tuple[np.ndarray, ...]:
-    """Per group of equal rows: the index of its first row (and, with ``last``, of its last
-    row) and the sum of its weights."""
-    keys = {f"k{i}": _hashable(rows.column(i)) for i in range(rows.num_columns)}
+def _group(
+    rows: pa.Table, weights: np.ndarray, *, last: bool = False, signed_zeros: bool = False
+) -> tuple[np.ndarray, ...]:
+    """Per group of equal rows (with ``signed_zeros``, -0.0 apart from 0.0): the index of
+    its first row (and, with ``last``, of its last row) and the sum of its weights."""
+    keys = {
+        f"k{i}": _hashable(rows.column(i), signed_zeros=signed_zeros)
+        for i in range(rows.num_columns)
+    }
     keyed = pa.table(
         {
             **keys,
@@ -167,10 +174,14 @@ def _group(rows: pa.Table, weights: np.ndarray, *, last: bool = False) -> tuple[
     return first, sums
 
 
-def _hashable(column: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+def _hashable(column: pa.ChunkedArray, *, signed_zeros: bool) -> pa.ChunkedArray | pa.Array:
     t = column.type
     if pa.types.is_nested(t):
         return _nested_ids(column)
+    if signed_zeros and pa.types.is_floating(t):  # every NaN one NaN, each zero its bits
+        one_nan = pc.if_else(pc.is_nan(column), pa.scalar(float("nan"), t), column)
+        bits = pa.int32() if pa.types.is_float32(t) else pa.int64()
+        return pa.chunked_array(one_nan).combine_chunks().view(bits)
     return normalized(column)
 
 

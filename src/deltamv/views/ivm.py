@@ -114,10 +114,14 @@ def negate(z: pa.Table) -> pa.Table:
     return z.set_column(z.schema.get_field_index(W), W, pc.negate(z.column(W)))
 
 
-def _consolidating_sql(select: str, source: str) -> str:
+def _consolidating_sql(select: str, source: str, floats: Sequence[str] = ()) -> str:
     """SQL of ``source``'s rows as ``select`` (no weight; may be empty), equal rows'
-    weights summed, rows whose weight sums to zero dropped."""
-    head = f"{select}, " if select else ""
+    weights summed, rows whose weight sums to zero dropped. Rows are equal as rows of a
+    table are the same: ``floats`` (their columns of floating-point values) tell -0.0
+    from 0.0, which SQL's equality does not, so changing one into the other is a change
+    (extra columns ``_sign<i>`` in the result)."""
+    signs = "".join(f', signbit({c}) AS "_sign{i}"' for i, c in enumerate(floats))
+    head = f"{select}{signs}, " if select else ""
     return (f'SELECT {head}CAST(sum("{W}") AS BIGINT) AS "{W}" FROM {source}'
             f' GROUP BY ALL HAVING sum("{W}") <> 0')  # fmt: skip
 
@@ -127,8 +131,9 @@ def consolidate(compute: Compute, z: pa.Table | None) -> pa.Table | None:
     if z is None or z.num_rows == 0:
         return None
     names = ", ".join(f'"{c}"' for c in z.column_names if c != W)
-    out = compute.query(_consolidating_sql(names, "z"), z=z)
-    return out.cast(z.schema) if out.num_rows else None
+    floats = [f'"{f.name}"' for f in z.schema if pa.types.is_floating(f.type)]
+    out = compute.query(_consolidating_sql(names, "z", floats), z=z)
+    return out.select(z.column_names).cast(z.schema) if out.num_rows else None
 
 
 def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
@@ -141,7 +146,8 @@ def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
         return None
     if relation == "d":
         return consolidate(b.compute, rows)
-    out = b.compute.query(_consolidating_sql(_cols(op.output), relation), d=rows)
+    floats = [f'"{a.col}"' for a in op.output if a.dtype in ("double", "float")]
+    out = b.compute.query(_consolidating_sql(_cols(op.output), relation, floats), d=rows)
     return conform(out, op.output) if out.num_rows else None
 
 
