@@ -11,7 +11,7 @@ A batch's segments are parsed in groups of bounded size, each on a thread while 
 batch matches the group before. While Spark starts the query (about a second), the job
 already parses, in the background, the segments its first batch will most likely read:
 the batch Spark replays, or the one the source's own planning gives from the last
-offset. After each batch, the segments after its own are parsed the same way, a region
+offset. After each batch, the segments after its own are parsed the same way, a look
 at a time: those already there (a run catching up with its log), and in a continuous run
 those that appear while it waits for its next trigger. A batch takes a group parsed
 ahead only where it holds, in each of its regions, exactly the segments the batch reads
@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 _GROUP_BYTES = 16 << 20  # segment bytes parsed and matched at once (memory per step)
 _AHEAD_BYTES = 48 << 20  # segment bytes parsed ahead of a batch, not yet taken
-_POLL_SECONDS = 0.1  # a continuous run's look for new segments while it waits
+_POLL_SECONDS = 0.1  # at least this between a continuous run's looks for new segments
 
 Parsed = tuple[EventGroup, list[SegmentRecord]]
 
@@ -244,25 +244,26 @@ class ChangelogUpstream:
     def _appearing(
         self, last: dict[int, int], names: Mapping[int, tuple[str, int, str]], *, again: bool
     ) -> Iterator[tuple[list[Segment], int] | float]:
-        """The segments after ``last`` (a seq per region), a group per region and look,
-        in seq order. With ``again``, it looks until :meth:`_Parser.finish`, giving after
-        each look the seconds to wait before the next one (none after a look that found
-        some); without, it looks once.
+        """The segments after ``last`` (a seq per region), a group per look, each
+        region's in seq order. With ``again``, it looks until :meth:`_Parser.finish`,
+        giving after each look the seconds to wait before the next one (a quarter of the
+        trigger interval, or none after a look that filled a group); without, once.
 
         A look asks each region for the file its next seq would be, named as its last
         one read was: a few stats, where listing a folder grows with its history. A
         region whose seqs skip a number, or one not read yet in this run, is left to the
         batch. A region gives at most its share of ``max_segments_per_batch`` (what the
         source gives each region when every one has that many waiting; a backlog
-        larger than a batch is not parsed past what the next batch reads)."""
+        larger than a batch is not parsed past what the next batch reads). Few looks, as
+        each parse has a cost of its own beside the batch's."""
         share = max(1, self.config.max_segments_per_batch // len(last))
         left = dict.fromkeys(last, share)
+        pause = max(_POLL_SECONDS, self.config.trigger_interval / 4)
         while any(left.values()):
-            found = False
+            group: list[Segment] = []
+            size = 0
             for region in sorted(last):
                 folder, digits, suffix = names[region]
-                group: list[Segment] = []
-                size = 0
                 while left[region] and size < _GROUP_BYTES:
                     seg = _next_segment(region, last[region] + 1, folder, digits, suffix)
                     if seg is None:
@@ -271,12 +272,13 @@ class ChangelogUpstream:
                     size += seg[1]
                     last[region] += 1
                     left[region] -= 1
-                if group:
-                    found = True
-                    yield group, size
+            if group:
+                yield group, size
             if not again:
-                return
-            yield 0.0 if found else _POLL_SECONDS
+                if size < _GROUP_BYTES:
+                    return
+                continue
+            yield 0.0 if size >= _GROUP_BYTES else pause
 
     def _first_batch_ahead(self, done: int, *, once: bool) -> tuple[Segment, ...]:
         """The segments of the first batch this run will ingest (after batch ``done``):
@@ -444,10 +446,10 @@ def _joined(parts: Sequence[Parsed]) -> Parsed:
         files.extend(group.files)
         rows += group.events.num_rows
         records.extend(recs)
-    joined = EventGroup(
+    joined = EventGroup(  # (contiguous: the match's kernels are slower over many chunks)
         tuple(files),
-        pa.concat_tables(events),
-        {name: pa.concat_tables(tables) for name, tables in values.items()},
+        pa.concat_tables(events).combine_chunks(),
+        {name: pa.concat_tables(tables).combine_chunks() for name, tables in values.items()},
     )
     return joined, records
 
