@@ -91,7 +91,7 @@ class ChangelogUpstream:
         self._ahead: _Parser | None = None  # the next batch's segments, parsed early
         self._once = True
         # Per region, how its last segment read is named (folder, digits, suffix): where
-        # a continuous run looks for the next one.
+        # the parse ahead of the next batch looks for the next one.
         self._names: dict[int, tuple[str, int, str]] = {}
 
     def start_ts(self) -> int:
