@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from deltamv.changelog._fast import Piece, fast_jsonl, fast_parquet, rebase
@@ -52,6 +53,7 @@ __all__ = [
     "EventBatch",
     "ParseStats",
     "SegmentFingerprint",
+    "concat_batches",
     "parse_segments",
 ]
 
@@ -227,6 +229,28 @@ class _RawOld:
 
 # ---------------------------------------------------------------------------
 # Putting the pieces together
+
+
+def concat_batches(batches: Sequence[EventBatch]) -> EventBatch:
+    """Batches parsed apart as one: their segments one after the other (each event's
+    ``file`` and each value row's ``row`` moved past the batches before it), contiguous."""
+    files: list[str] = []
+    events: list[pa.Table] = []
+    values: dict[str, list[pa.Table]] = {}
+    rows = 0
+    for batch in batches:
+        file = batch.events.column("file")
+        moved = pc.add(file, pa.scalar(len(files), file.type))
+        events.append(batch.events.set_column(0, batch.events.schema.field(0), moved))
+        for name, table in batch.values.items():
+            values.setdefault(name, []).append(rebase(table, rows))
+        files.extend(batch.files)
+        rows += batch.events.num_rows
+    return EventBatch(
+        tuple(files),
+        pa.concat_tables(events).combine_chunks(),
+        {name: pa.concat_tables(parts).combine_chunks() for name, parts in values.items()},
+    )
 
 
 def _assemble(files: tuple[str, ...], pieces: list[Piece]) -> EventBatch:

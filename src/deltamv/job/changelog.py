@@ -35,7 +35,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
-from deltamv.changelog.batch import SegmentFingerprint, parse_segments
+from deltamv.changelog.batch import (
+    EventBatch,
+    SegmentFingerprint,
+    concat_batches,
+    parse_segments,
+)
 from deltamv.changelog.events import COMMIT, COMMITTED, PREWRITE
 from deltamv.changelog.format import read_segment
 from deltamv.changelog.segments import Segment, SegmentFormat, scan_region
@@ -431,34 +436,13 @@ class _Queue:
 
 
 def _joined(parts: Sequence[Parsed]) -> Parsed:
-    """Groups parsed apart as one: their segments one after the other."""
+    """Groups parsed apart as one: their segments one after the other (contiguous: the
+    match's kernels are slower over many chunks)."""
     if len(parts) == 1:
         return parts[0]
-    files: list[str] = []
-    events: list[pa.Table] = []
-    values: dict[str, list[pa.Table]] = {}
-    records: list[SegmentRecord] = []
-    rows = 0
-    for group, recs in parts:
-        events.append(_shifted(group.events, "file", len(files)))
-        for name, table in group.values.items():
-            values.setdefault(name, []).append(_shifted(table, "row", rows))
-        files.extend(group.files)
-        rows += group.events.num_rows
-        records.extend(recs)
-    joined = EventGroup(  # (contiguous: the match's kernels are slower over many chunks)
-        tuple(files),
-        pa.concat_tables(events).combine_chunks(),
-        {name: pa.concat_tables(tables).combine_chunks() for name, tables in values.items()},
-    )
-    return joined, records
-
-
-def _shifted(table: pa.Table, name: str, by: int) -> pa.Table:
-    """``table`` with ``by`` added to its column ``name`` (a position)."""
-    i = table.schema.get_field_index(name)
-    column = table.column(i)
-    return table.set_column(i, table.schema.field(i), pc.add(column, pa.scalar(by, column.type)))
+    joined = concat_batches([EventBatch(g.files, g.events, g.values) for g, _ in parts])
+    records = [r for _, recs in parts for r in recs]
+    return EventGroup(joined.files, joined.events, joined.values), records
 
 
 def _next_segment(
@@ -503,11 +487,12 @@ class _Parser:
 
     ``plan`` gives the groups (on the thread: finding them may list folders); a plan that
     looks for new segments again and again gives, between its looks, the seconds to wait
-    before the next one, and ends at the first of them after :meth:`finish`. With ``guess``, they are a guess at what a batch will read (the first
-    batch's while Spark starts the query, the next one's while a continuous run waits): a
-    failure ends the parse quietly, and the batch parses what it did not take itself,
-    reporting any error as it would have. Otherwise a failure is raised to the batch
-    where it takes the group that failed, as a parse in line would raise it.
+    before the next one, and ends at the first of them after :meth:`finish`. With
+    ``guess``, they are a guess at what a batch will read (the first batch's while Spark
+    starts the query, the next one's after a batch): a failure ends the parse quietly,
+    and the batch parses what it did not take itself, reporting any error as it would
+    have. Otherwise a failure is raised to the batch where it takes the group that
+    failed, as a parse in line would raise it.
     """
 
     def __init__(

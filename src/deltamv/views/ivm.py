@@ -131,9 +131,13 @@ def consolidate(compute: Compute, z: pa.Table | None) -> pa.Table | None:
     if z is None or z.num_rows == 0:
         return None
     names = ", ".join(f'"{c}"' for c in z.column_names if c != W)
-    floats = [f'"{f.name}"' for f in z.schema if pa.types.is_floating(f.type)]
-    out = compute.query(_consolidating_sql(names, "z", floats), z=z)
+    out = compute.query(_consolidating_sql(names, "z", _floats(z.schema)), z=z)
     return out.select(z.column_names).cast(z.schema) if out.num_rows else None
+
+
+def _floats(schema: pa.Schema) -> list[str]:
+    """The quoted names of ``schema``'s floating-point columns."""
+    return [f'"{f.name}"' for f in schema if pa.types.is_floating(f.type)]
 
 
 def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
@@ -146,8 +150,9 @@ def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
         return None
     if relation == "d":
         return consolidate(b.compute, rows)
-    floats = [f'"{a.col}"' for a in op.output if a.dtype in ("double", "float")]
-    out = b.compute.query(_consolidating_sql(_cols(op.output), relation, floats), d=rows)
+    out = b.compute.query(
+        _consolidating_sql(_cols(op.output), relation, _floats(schema_of(op.output))), d=rows
+    )
     return conform(out, op.output) if out.num_rows else None
 
 
