@@ -376,6 +376,43 @@ def test_a_double_changed_only_from_zero_to_minus_zero_is_changed(
         assert got == [(200, "0.0"), (400, "-0.0"), (600, "0.0")], name
 
 
+def test_an_aggregates_result_changed_only_from_zero_to_minus_zero_is_changed(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A kept aggregate's result row that changes only from 0.0 to -0.0 (here the MIN,
+    0.0, times a sign that turns as the row count crosses 1) is a new result, not the
+    old one cancelled by its equal."""
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "z"\nchangelog = "changelog"\ncheckpoint = "state"\nmax_segments_per_batch = 1\n'
+        '[tables.t]\nschema = "id BIGINT NOT NULL, x DOUBLE"\nprimary_key = ["id"]\n'
+        '[views.flip]\nsql = "SELECT MIN(x) * (CASE WHEN COUNT(*) > 1 THEN -1.0D ELSE 1.0D END)'
+        ' AS x FROM t"\npath = "out/flip"\n'
+    )
+    changelog = tmp_path / "changelog"
+
+    def row(ts: int, key: int, delete: bool = False) -> list[Any]:
+        change = log.put(1, ts, f"t/{key}", {"id": key, "x": float(key - 1)}, table="t")
+        if delete:
+            change = {k: v for k, v in change.items() if k != "value"} | {"op": "DELETE"}
+        return [change, log.commit(1, ts, ts + 1, f"t/{key}", table="t")]
+
+    log.write_segment(
+        changelog, 1, 1, [log.initialized(1, "", ""), *row(100, 1), log.resolved(1, 200)]
+    )
+    log.write_segment(changelog, 1, 2, [*row(300, 2), log.resolved(1, 400)])
+    log.write_segment(changelog, 1, 3, [*row(500, 2, delete=True), log.resolved(1, 600)])
+    config = load_config(tmp_path / "config.toml")
+    job = ViewJob(config, spark)
+    job.run(once=True)
+    assert job.modes["flip"] == "incremental", job.modes
+    path = str(tmp_path / "out" / "flip")
+    got = []
+    for info in delta.versions(path):
+        (only,) = delta.read_arrow(path, info.version).to_pylist()
+        got.append((info.watermark, math.copysign(1.0, only["x"])))
+    assert got == [(200, 1.0), (400, -1.0), (600, 1.0)]
+
+
 def _put_x(start_ts: int, x: float, old: float | None) -> list[Any]:
     old_value = {} if old is None else {"old_value": {"id": 1, "x": old}}
     return [

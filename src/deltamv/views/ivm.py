@@ -1200,8 +1200,11 @@ class AggregateOp(Op):
         if states.num_rows == 0:
             return None
         weights = pa.array([-1] * old.num_rows + [1] * new.num_rows, pa.int64())
-        out = b.compute.query(_consolidating_sql(self._select(), "t"),
-                              t=self._values(states).append_column(W, weights))  # fmt: skip
+        finished = f'(SELECT {self._select()}, "{W}" FROM t)'
+        out = b.compute.query(
+            _consolidating_sql(_cols(self.output), finished, _floats(schema_of(self.output))),
+            t=self._values(states).append_column(W, weights),
+        )
         return conform(out, self.output) if out.num_rows else None
 
     def _zero_state(self) -> pa.Table:
