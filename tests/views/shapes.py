@@ -25,6 +25,9 @@ SHAPES: dict[str, str] = {
     "total_dec": "SELECT SUM(credit) AS s, AVG(credit) AS av, COUNT(credit) AS nc"
     " FROM accounts WHERE active",
     "negative": "SELECT COUNT(*) AS negative FROM accounts WHERE balance < 0",
+    # a global aggregate Spark folds to no aggregate at all (COALESCE of a literal):
+    # still one row, over empty input and over many rows
+    "global_folded": "SELECT COALESCE(5, MAX(balance)) AS five FROM accounts",
     # an expression over a global aggregate (the demo's transfer totals)
     "moved": "SELECT COUNT(*) AS n, COALESCE(SUM(amount), 0) AS moved FROM transfers",
     # NULL group keys; groups emptied and re-created; zero-sum groups; AVG of BIGINT

@@ -65,6 +65,26 @@ def test_join_on_a_null_safe_and_a_strict_key_matches_null_on_the_null_safe_one(
         run.close()
 
 
+def test_a_global_aggregate_folded_to_no_aggregate_is_one_row_over_any_input(
+    spark: SparkSession, planned: Planned, compute: Compute
+) -> None:
+    # Spark's plan of COALESCE(5, MAX(balance)) keeps no aggregate; its evaluation in
+    # DuckDB, a projection then, gave a row per input row: none over empty input, and
+    # the view stayed empty (an edge case found by a job-level -0.0 test).
+    run = Run(planned, ["global_folded"], compute)
+    try:
+        assert _the(run, "global_folded", AggregateOp).calls == []
+        run.load({"accounts": [], "transfers": []})
+        assert run.outputs["global_folded"] == Counter({(5,): 1})
+        run.step([("accounts", 1, _account(1)), ("accounts", 2, _account(2, balance=3))])
+        assert run.outputs["global_folded"] == Counter({(5,): 1})
+        run.step([("accounts", 1, None), ("accounts", 2, None)])
+        assert run.outputs["global_folded"] == Counter({(5,): 1})
+        assert spark_check(spark, run, SHAPES) == 3
+    finally:
+        run.close()
+
+
 def test_avg_of_decimal_in_full_evaluation_and_recomputed_groups(
     spark: SparkSession, planned: Planned, compute: Compute
 ) -> None:

@@ -1565,7 +1565,8 @@ class AggregateOp(Op):
             f'CAST({_replace_aggs(e, aggs, _col)} AS {duck_type(a.dtype)}) AS "{a.col}"'
             for a, e in self.items
         )
-        by = f" GROUP BY {', '.join(self.group_sql)}" if self.groups else ""
+        # One row when global, also with no aggregate in it (SELECT 0.0 AS x FROM t GROUP BY ())
+        by = f" GROUP BY {', '.join(self.group_sql) if self.groups else '()'}"
         return f'SELECT {select}, CAST(1 AS BIGINT) AS "{W}" FROM {source}{by}'
 
     def _recompute_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
