@@ -413,6 +413,34 @@ def test_an_aggregates_result_changed_only_from_zero_to_minus_zero_is_changed(
     assert got == [(200, 1.0), (400, -1.0), (600, 1.0)]
 
 
+def test_a_view_whose_tables_spark_prunes_away_is_evaluated(spark: Any, tmp_path: Path) -> None:
+    """Spark's optimizer leaves no table in the plan of ``WHERE 1 = 0``: the view still
+    reads (and is evaluated over) the tables its SQL names, at every version."""
+    (tmp_path / "config.toml").write_text(
+        '[job]\nname = "p"\nchangelog = "changelog"\ncheckpoint = "state"\nmax_segments_per_batch = 1\n'
+        '[tables.t]\nschema = "id BIGINT NOT NULL, x DOUBLE"\nprimary_key = ["id"]\n'
+        '[views.none]\nsql = "SELECT COUNT(*) AS n FROM t WHERE 1 = 0"\npath = "out/none"\n'
+        '[views.empty]\nsql = "SELECT x FROM t WHERE false"\npath = "out/empty"\n'
+        '[views.sub]\nsql = "SELECT id FROM t WHERE id IN (SELECT id FROM t WHERE 1 = 0)"\n'
+        'path = "out/sub"\n'
+    )
+    changelog = tmp_path / "changelog"
+    log.write_segment(
+        changelog, 1, 1, [log.initialized(1, "", ""), *_put_x(100, 1.0, None), log.resolved(1, 200)]
+    )
+    log.write_segment(changelog, 1, 2, [*_put_x(300, 2.0, 1.0), log.resolved(1, 400)])
+    config = load_config(tmp_path / "config.toml")
+    job = ViewJob(config, spark)
+    job.run(once=True)
+    for name, want in (("none", [{"n": 0}]), ("empty", []), ("sub", [])):
+        path = str(tmp_path / "out" / name)
+        got = [
+            (v.watermark, delta.read_arrow(path, v.version).to_pylist())
+            for v in delta.versions(path)
+        ]
+        assert got == [(200, want), (400, want)], (name, job.modes[name])
+
+
 def _put_x(start_ts: int, x: float, old: float | None) -> list[Any]:
     old_value = {} if old is None else {"old_value": {"id": 1, "x": old}}
     return [

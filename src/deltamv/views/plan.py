@@ -137,7 +137,7 @@ class ViewPlan:
     view: str
     root: Node
     text: str  # Spark's own rendering, for messages and fingerprints
-    tables: frozenset[str]
+    tables: frozenset[str]  # every one its SQL names (also where Spark prunes it away)
     schema: StructType  # the view's columns as Spark analyses them
     # The try_ functions the SQL calls (try_divide, try_cast, ...). The optimized plan
     # keeps them as the arithmetic, cast or aggregate that fails, with a mode its JSON
@@ -369,10 +369,29 @@ def _plan_one(name: str, df: DataFrame, leaves: _Leaves) -> ViewPlan:
     analyzed = str(df._jdf.queryExecution().analyzed().toString())
     tries = tuple(sorted({m.lower() for m in _TRY_CALL.findall(analyzed)}))
     clock = tuple(sorted({m.lower() for m in _CLOCK_CALL.findall(analyzed)}))
+    named = _tables_named(df._jdf.queryExecution().analyzed(), leaves)
     return ViewPlan(
         name, root, str(jvm.toString()),
-        frozenset(t for t in tables if t is not None), df.schema, tries, clock, analyzed,
+        frozenset(t for t in [*tables, *named] if t is not None), df.schema, tries, clock,
+        analyzed,
     )  # fmt: skip
+
+
+def _tables_named(plan: Any, leaves: _Leaves) -> set[str]:
+    """The source tables an analysed plan reads, in its subqueries too. The optimized
+    plan may read fewer (none, where Spark folds ``WHERE 1 = 0`` away), but Spark
+    evaluates the view's SQL, which needs every table it names."""
+    found, todo = set(), [plan]
+    while todo:
+        node = todo.pop()
+        children, subqueries = node.children(), node.subqueries()
+        if children.isEmpty():
+            table = leaves.table_of(node)
+            if table is not None:
+                found.add(table)
+        todo += [children.apply(i) for i in range(children.size())]
+        todo += [subqueries.apply(i) for i in range(subqueries.size())]
+    return found
 
 
 # A try_ function as the analyzed plan renders its call (a string literal that looks like
