@@ -288,7 +288,7 @@ def test_a_continuous_run_parses_the_segments_that_appear_while_it_waits(
             segment(bank, 1, 2, GOOD_1_2)
             segment(bank, 2, 2, GOOD_2_2)
             deadline = time.monotonic() + 60
-            while {str(p) for _, group in parsed for p in group} < {str(p) for p in new}:
+            while not {str(p) for p in new} <= {str(p) for _, group in parsed for p in group}:
                 assert time.monotonic() < deadline, parsed
                 time.sleep(0.02)
 
@@ -323,7 +323,7 @@ def test_a_continuous_run_parses_the_segments_that_appear_while_it_waits(
     assert_df_equality(rows(spark, total), expected, ignore_nullable=True)
     files = sorted(str(p) for p in (bank / "changelog").rglob("*") if p.is_file())
     assert sorted(path for _, group in parsed for path in group) == files  # each once
-    assert {thread for thread, _ in parsed} == {"deltamv-parse-ahead"}
+    assert {thread for thread, _ in parsed} == {"deltamv-parse-ahead"}, parsed
     assert not [t for t in threading.enumerate() if t.name.startswith("deltamv-parse")]
 
 
