@@ -203,5 +203,8 @@ def test_a_transaction_far_larger_than_max_batch_bytes_takes_a_few_batches(
         for t in (delta.read_arrow(out, v.version) for v in delta.versions(out))
     ]
     assert states == [(1, [1]), (5001, [1]), (5001, [0])]
+    # A window of 1000 bytes at a time would take some 600 batches; widening, a few (6
+    # or fewer, and 8 once on a loaded machine: how many windows hold no commit varies
+    # with the other WAL the server writes meanwhile).
     batches = len(list((tmp_path / "ck" / "spark" / "commits").iterdir()))
-    assert batches <= 6, f"{batches} micro-batches"
+    assert batches <= 20, f"{batches} micro-batches"
