@@ -366,10 +366,11 @@ def _plan_one(name: str, df: DataFrame, leaves: _Leaves) -> ViewPlan:
     nodes = json.loads(jvm.toJSON())
     root, _ = _read_plan(nodes, 0, iter(tables))
     root = _attach_outputs(root, jvm)
-    analyzed = str(df._jdf.queryExecution().analyzed().toString())
+    analysed_plan = df._jdf.queryExecution().analyzed()
+    analyzed = str(analysed_plan.toString())
     tries = tuple(sorted({m.lower() for m in _TRY_CALL.findall(analyzed)}))
     clock = tuple(sorted({m.lower() for m in _CLOCK_CALL.findall(analyzed)}))
-    named = _tables_named(df._jdf.queryExecution().analyzed(), leaves)
+    named = _tables_named(analysed_plan, leaves)
     return ViewPlan(
         name, root, str(jvm.toString()),
         frozenset(t for t in [*tables, *named] if t is not None), df.schema, tries, clock,
