@@ -15,6 +15,10 @@ import os
 
 import duckdb
 import pyarrow as pa
+from duckdb.func import PythonUDFType
+from duckdb.sqltypes import VARCHAR
+
+from deltamv.views.casing import spark_lower, spark_upper
 
 __all__ = ["Compute"]
 
@@ -45,6 +49,9 @@ class Compute:
         # Spark's session time zone in deltamv (a date of a timestamp, its hour): the
         # machine's own, DuckDB's default, would shift them by the zone's offset.
         self.con.execute("SET TimeZone = 'UTC'")
+        # Spark's case mapping (views/casing.py), for the translations of upper and lower
+        for name, function in (("spark_upper", spark_upper), ("spark_lower", spark_lower)):
+            self.con.create_function(name, function, [VARCHAR], VARCHAR, type=PythonUDFType.ARROW)
 
     def query(self, sql: str, /, **tables: pa.Table) -> pa.Table:
         """The result of ``sql`` over ``tables`` (each visible by its keyword name)."""

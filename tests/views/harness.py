@@ -254,8 +254,8 @@ def _difference(name: str, version: int, got: Bag, want: Bag) -> str:
     missing = want - got
     return (
         f"view {name}, version {version}: maintained != full evaluation\n"
-        f"  only maintained: {sorted(extra.items(), key=repr)[:8]}\n"
-        f"  only full:       {sorted(missing.items(), key=repr)[:8]}"
+        f"  only maintained: {sorted(extra.items(), key=repr)[:8]!a}\n"
+        f"  only full:       {sorted(missing.items(), key=repr)[:8]!a}"
     )
 
 

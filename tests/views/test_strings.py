@@ -1,5 +1,5 @@
 """Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
-``concat_ws``, ``instr``, ``translate``) and of numbers (``round``, ``bround``, ``floor``,
+``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``) and of numbers (``round``, ``bround``, ``floor``,
 ``ceil``, ``greatest``, ``least``), kept incrementally through their DuckDB translation:
 checked against Spark at every version over strings at the edges (empty, spaces and
 tabs, characters of several bytes, a combining accent, an emoji), positions at theirs (0,
@@ -41,6 +41,11 @@ VIEWS = {
     " round(balance, 2) AS rb, floor(balance) AS fb, ceil(region) AS cr,"
     " greatest(balance, region, 3) AS g, least(credit, 1.5) AS lc,"
     " least(opened, DATE '2024-01-01') AS ld, floor(rate) AS fr, ceil(rate) AS cf FROM accounts",
+    # Spark's (ICU's) case mapping: 'ß' to 'SS', a final sigma, Unicode 16's new pairs
+    "cases": "SELECT id, upper(owner) AS u, lower(owner) AS l, upper(concat(owner, 'ß')) AS us,"
+    " lower(concat(owner, 'Σ')) AS ls FROM accounts WHERE lower(owner) <> 'zed' OR owner IS NULL",
+    "by_lower": "SELECT lower(trim(owner)) AS o, COUNT(*) AS n, SUM(balance) AS s"
+    " FROM accounts GROUP BY lower(trim(owner))",
     # a computed group key and a filter over them
     "by_prefix": "SELECT left(trim(owner), 1) AS p, COUNT(*) AS n, SUM(balance) AS s"
     " FROM accounts WHERE substring(owner, 1, 1) <> 'z' OR owner IS NULL GROUP BY 1",
@@ -48,7 +53,8 @@ VIEWS = {
 
 OWNERS = [
     "", " ", "  a b  ", "\ta\t", "abc", "aaa", "xxéx é", "Straße", "e\u0301te", "😀a😀",
-    "日本語テキスト", "zed", "ab", None,
+    "日本語テキスト", "zed", "ab", None, "ΟΔΥΣΣΕΥΣ", "ﬁx ǅ ŉ", "İı", "ZED", "Ab", " AB ",
+    "\ua7cbΣ", "a\U00010d50\u0301Σ",
 ]  # fmt: skip
 CREDITS = [
     Decimal(c) if c else None

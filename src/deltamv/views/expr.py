@@ -116,7 +116,8 @@ def result_type(e: Expr) -> Any:
         return result_type(e.children[1])
     if kind in ("Coalesce", "Greatest", "Least"):
         return result_type(e.children[0])
-    if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate", *_TRIMS):
+    if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate",
+                "Upper", "Lower", *_TRIMS):  # fmt: skip
         return "string"
     if kind in ("Length", "StringInstr", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
@@ -147,6 +148,8 @@ _STRING_TEMPLATES = {
     "StringInstr": "CAST(instr({}, {}) AS INTEGER)",  # in characters, 0 if none
     "Ascii": "CAST(ascii({}) AS INTEGER)",  # the first character's code point, 0 for ''
     "OctetLength": "CAST(strlen({}) AS INTEGER)",  # bytes of UTF-8
+    "Upper": "spark_upper({})",  # Spark's (ICU's) case mapping: views/casing.py
+    "Lower": "spark_lower({})",
 }
 
 _COMPARE = {
