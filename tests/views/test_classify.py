@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from deltamv.compute import Compute
 from deltamv.errors import ConfigError
-from deltamv.job.views import ViewSet
+from deltamv.job.views import ICU_CASE, ViewSet
 from deltamv.state.keyed import Mirror
 from deltamv.state.store import StateStore
 
@@ -77,6 +77,24 @@ def test_maintain_incremental_accepts_a_view_inside_the_rules(
 ) -> None:
     views = _viewset(spark, compute, tmp_path, SHAPES["join_agg"], "incremental")
     assert views.views["v"].describe == "incremental"
+
+
+def test_upper_and_lower_are_recomputed_where_spark_maps_case_by_the_jvms_locale(
+    spark: SparkSession, compute: Compute, tmp_path: Path
+) -> None:
+    sql = "SELECT id, lower(owner) AS o FROM accounts"
+    assert _viewset(spark, compute, tmp_path / "icu", sql, "auto").views["v"].mode == (
+        "incremental"
+    )
+    spark.conf.set(ICU_CASE, "false")
+    try:
+        views = _viewset(spark, compute, tmp_path / "jvm", sql, "auto")
+    finally:
+        spark.conf.unset(ICU_CASE)
+    assert views.views["v"].describe == (
+        f"recompute: upper() or lower() with {ICU_CASE} = false (Spark maps case by the"
+        " JVM's locale then)"
+    )
 
 
 def test_a_change_past_the_25th_column_changes_the_fingerprint(

@@ -45,6 +45,9 @@ from deltamv.views.plan import Analysed, ViewPlan, plan_views
 
 __all__ = ["MaintainedView", "ViewSet"]
 
+ICU_CASE = "spark.sql.icu.caseMappings.enabled"
+_CASE_CALL = re.compile(r"\b(?:upper|lower)\(")  # as Spark renders the call in a plan
+
 log = logging.getLogger("deltamv.job")
 
 
@@ -101,6 +104,8 @@ class ViewSet:
         self.compute = compute
         self.mirrors = mirrors
         self._files: MirrorFiles | None = None  # shared by full evaluations (see below)
+        # upper/lower are kept with ICU's case mapping (views/casing.py), Spark's default
+        self._icu_case = spark.conf.get(ICU_CASE, "true").strip().lower() == "true"
         plans = plan_views(spark, config, analysed)
         self.views: dict[str, MaintainedView] = {}
         for name, view in config.views.items():
@@ -137,6 +142,11 @@ class ViewSet:
             raise Unsupported(
                 ", ".join(f"{c}()" for c in plan.clock)
                 + " (the time of evaluation: a recompute takes it at each batch)"
+            )
+        if not self._icu_case and _CASE_CALL.search(plan.text):
+            raise Unsupported(
+                f"upper() or lower() with {ICU_CASE} = false (Spark maps case by the JVM's"
+                " locale then)"
             )
         if plan.tries:
             raise Unsupported(
