@@ -105,7 +105,7 @@ class ViewSet:
         self.mirrors = mirrors
         self._files: MirrorFiles | None = None  # shared by full evaluations (see below)
         # upper/lower are kept with ICU's case mapping (views/casing.py), Spark's default
-        self._icu_case = spark.conf.get(ICU_CASE, "true").strip().lower() == "true"
+        self._icu_case = str(spark.conf.get(ICU_CASE, "true")).strip().lower() == "true"
         plans = plan_views(spark, config, analysed)
         self.views: dict[str, MaintainedView] = {}
         for name, view in config.views.items():
