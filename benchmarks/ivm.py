@@ -59,6 +59,12 @@ EXTRA_VIEWS = {
         "SELECT substring(owner, 7, 3) AS prefix, SUM(balance) AS balance, COUNT(*) AS accounts"
         " FROM accounts GROUP BY substring(owner, 7, 3)"
     ),
+    # a group key computed by upper() (kept since 2026-11-28, Spark's case mapping in
+    # views/casing.py; before, a recompute: "expression Upper")
+    "balance_by_upper_owner": (
+        "SELECT upper(owner) AS owner, SUM(balance) AS balance, COUNT(*) AS accounts"
+        " FROM accounts GROUP BY upper(owner)"
+    ),
     # the same with a value per account: as many values' counts as accounts
     "extremes_unique": (
         "SELECT MIN(balance * 100000000 + id) AS low, MAX(balance * 100000000 + id) AS high"
