@@ -18,7 +18,7 @@ import pyarrow as pa
 from duckdb.func import PythonUDFType
 from duckdb.sqltypes import VARCHAR
 
-from deltamv.views.casing import spark_lower, spark_upper
+from deltamv.views.casing import spark_initcap, spark_lower, spark_upper
 
 __all__ = ["Compute"]
 
@@ -49,8 +49,10 @@ class Compute:
         # Spark's session time zone in deltamv (a date of a timestamp, its hour): the
         # machine's own, DuckDB's default, would shift them by the zone's offset.
         self.con.execute("SET TimeZone = 'UTC'")
-        # Spark's case mapping (views/casing.py), for the translations of upper and lower
-        for name, function in (("spark_upper", spark_upper), ("spark_lower", spark_lower)):
+        # Spark's case mapping (views/casing.py), for the translations of upper, lower and
+        # initcap
+        for name, function in (("spark_upper", spark_upper), ("spark_lower", spark_lower),
+                               ("spark_initcap", spark_initcap)):  # fmt: skip
             self.con.create_function(name, function, [VARCHAR], VARCHAR, type=PythonUDFType.ARROW)
 
     def query(self, sql: str, /, **tables: pa.Table) -> pa.Table:

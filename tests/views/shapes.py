@@ -212,9 +212,9 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     ),
     "avg_double": ("SELECT owner, AVG(rate) AS r FROM accounts GROUP BY owner", "AVG of double"),
     "random": ("SELECT id, rand() AS r FROM accounts", "Rand"),
-    # Spark's title case (words apart by spaces alone; tests/views/test_strings.py has
-    # the functions of strings that are translated, upper and lower among them)
-    "initcap": ("SELECT id, initcap(owner) AS t FROM accounts", "InitCap"),
+    # Spark pads to a length counted in characters (tests/views/test_strings.py has the
+    # functions of strings that are translated, upper, lower and initcap among them)
+    "lpad": ("SELECT id, lpad(owner, 4, 'xy') AS p FROM accounts", "StringLPad"),
     # Spark's optimizer puts the time it planned in their place: kept, the views froze at
     # the job's start (an outside check)
     "clock": ("SELECT id, current_timestamp() AS at FROM accounts", "current_timestamp()"),

@@ -79,7 +79,7 @@ def test_maintain_incremental_accepts_a_view_inside_the_rules(
     assert views.views["v"].describe == "incremental"
 
 
-def test_upper_and_lower_are_recomputed_where_spark_maps_case_by_the_jvms_locale(
+def test_case_mappings_are_recomputed_where_spark_maps_case_by_the_jvms_locale(
     spark: SparkSession, compute: Compute, tmp_path: Path
 ) -> None:
     sql = "SELECT id, lower(owner) AS o FROM accounts"
@@ -92,8 +92,8 @@ def test_upper_and_lower_are_recomputed_where_spark_maps_case_by_the_jvms_locale
     finally:
         spark.conf.unset(ICU_CASE)
     assert views.views["v"].describe == (
-        f"recompute: upper() or lower() with {ICU_CASE} = false (Spark maps case by the"
-        " JVM's locale then)"
+        f"recompute: upper(), lower() or initcap() with {ICU_CASE} = false (Spark maps case"
+        " by the JVM's locale then)"
     )
 
 

@@ -1,5 +1,5 @@
 """Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
-``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``) and of numbers (``round``, ``bround``, ``floor``,
+``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``) and of numbers (``round``, ``bround``, ``floor``,
 ``ceil``, ``greatest``, ``least``), kept incrementally through their DuckDB translation:
 checked against Spark at every version over strings at the edges (empty, spaces and
 tabs, characters of several bytes, a combining accent, an emoji), positions at theirs (0,
@@ -43,7 +43,8 @@ VIEWS = {
     " least(opened, DATE '2024-01-01') AS ld, floor(rate) AS fr, ceil(rate) AS cf FROM accounts",
     # Spark's (ICU's) case mapping: 'ß' to 'SS', a final sigma, Unicode 16's new pairs
     "cases": "SELECT id, upper(owner) AS u, lower(owner) AS l, upper(concat(owner, 'ß')) AS us,"
-    " lower(concat(owner, 'Σ')) AS ls FROM accounts WHERE lower(owner) <> 'zed' OR owner IS NULL",
+    " lower(concat(owner, 'Σ')) AS ls, initcap(owner) AS ic, initcap(concat('x ', owner)) AS ix"
+    " FROM accounts WHERE lower(owner) <> 'zed' OR owner IS NULL",
     "by_lower": "SELECT lower(trim(owner)) AS o, COUNT(*) AS n, SUM(balance) AS s"
     " FROM accounts GROUP BY lower(trim(owner))",
     # a computed group key and a filter over them

@@ -46,7 +46,7 @@ from deltamv.views.plan import Analysed, ViewPlan, plan_views
 __all__ = ["MaintainedView", "ViewSet"]
 
 ICU_CASE = "spark.sql.icu.caseMappings.enabled"
-_CASE_CALL = re.compile(r"\b(?:upper|lower)\(")  # as Spark renders the call in a plan
+_CASE_CALL = re.compile(r"\b(?:upper|lower|initcap)\(")  # as Spark renders the call in a plan
 
 log = logging.getLogger("deltamv.job")
 
@@ -145,8 +145,8 @@ class ViewSet:
             )
         if not self._icu_case and _CASE_CALL.search(plan.text):
             raise Unsupported(
-                f"upper() or lower() with {ICU_CASE} = false (Spark maps case by the JVM's"
-                " locale then)"
+                f"upper(), lower() or initcap() with {ICU_CASE} = false (Spark maps case by"
+                " the JVM's locale then)"
             )
         if plan.tries:
             raise Unsupported(

@@ -1,4 +1,5 @@
-"""Spark's ``upper`` and ``lower`` of strings, for the DuckDB side of maintenance.
+"""Spark's ``upper``, ``lower`` and ``initcap`` of strings, for the DuckDB side of
+maintenance.
 
 Spark maps case with ICU in the root locale (``spark.sql.icu.caseMappings.enabled``,
 true by default): full mappings (``'ß'`` to ``'SS'``, ``'ﬁ'`` to ``'FI'``, ``'İ'`` to
@@ -17,6 +18,10 @@ maps otherwise).
   accents, skipped on both sides), else ``'σ'``. Python applies that rule with its own
   properties; a string holding a character of ``_LOWER`` or ``_SIGMA`` takes the rule
   here, with Spark's properties for those.
+- ``initcap`` title-cases the first character of each word (words are apart by spaces,
+  U+0020, alone: ``'a-b c_d'`` becomes ``'A-b C_d'``) as it stands (``'İ'`` stays) and
+  lower-cases the others as ``lower`` does in the whole string; a character of
+  ``_UPPER`` title-cases as it upper-cases.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["spark_lower", "spark_upper"]
+__all__ = ["spark_initcap", "spark_lower", "spark_upper"]
 
 # (first, last, offset): each code point in first..last maps to itself + offset, where
 # Spark's mapping is not Python's.
@@ -135,15 +140,32 @@ def _lower_one(s: str) -> str:
     return "".join(out)
 
 
+def _initcap_one(s: str) -> str:
+    if s.isascii():
+        return " ".join(word[:1].upper() + word[1:].lower() for word in s.split(" "))
+    out = []
+    start = True
+    for i, c in enumerate(s):
+        if start:
+            out.append(_UPPER.get(c) or c.title())
+        elif c == _CAPITAL_SIGMA:
+            final = _cased_beside(s, i, -1) and not _cased_beside(s, i, 1)
+            out.append("ς" if final else "σ")
+        else:
+            out.append(_LOWER.get(c) or c.lower())
+        start = c == " "
+    return "".join(out)
+
+
 def _mapped(
     values: pa.Array | pa.ChunkedArray,
-    ascii_map: Callable[[pa.Array], pa.Array],
+    ascii_map: Callable[[pa.Array], pa.Array] | None,
     one: Callable[[str], str],
 ) -> pa.Array:
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
-    if pc.all(pc.string_is_ascii(values)).as_py() is not False:  # (all ASCII, or no value)
-        return ascii_map(values)
+    if ascii_map is not None and pc.all(pc.string_is_ascii(values)).as_py() is not False:
+        return ascii_map(values)  # (all ASCII, or no value)
     return pa.array([None if v is None else one(v) for v in values.to_pylist()], pa.string())
 
 
@@ -155,3 +177,8 @@ def spark_upper(values: pa.Array | pa.ChunkedArray) -> pa.Array:
 def spark_lower(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     """Spark's ``lower`` of each string (NULL stays NULL)."""
     return _mapped(values, pc.ascii_lower, _lower_one)
+
+
+def spark_initcap(values: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """Spark's ``initcap`` of each string (NULL stays NULL)."""
+    return _mapped(values, None, _initcap_one)

@@ -117,7 +117,7 @@ def result_type(e: Expr) -> Any:
     if kind in ("Coalesce", "Greatest", "Least"):
         return result_type(e.children[0])
     if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate",
-                "Upper", "Lower", *_TRIMS):  # fmt: skip
+                "Upper", "Lower", "InitCap", *_TRIMS):  # fmt: skip
         return "string"
     if kind in ("Length", "StringInstr", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
@@ -150,6 +150,7 @@ _STRING_TEMPLATES = {
     "OctetLength": "CAST(strlen({}) AS INTEGER)",  # bytes of UTF-8
     "Upper": "spark_upper({})",  # Spark's (ICU's) case mapping: views/casing.py
     "Lower": "spark_lower({})",
+    "InitCap": "spark_initcap({})",
 }
 
 _COMPARE = {
