@@ -33,6 +33,10 @@ SHAPES: dict[str, str] = {
     # NULL group keys; groups emptied and re-created; zero-sum groups; AVG of BIGINT
     "by_owner": "SELECT owner, SUM(balance) AS s, COUNT(*) AS n, COUNT(balance) AS nb,"
     " AVG(balance) AS av FROM accounts GROUP BY owner",
+    # a group key and a filter through Spark's case mapping (a DuckDB function of
+    # deltamv's), over NULLs: lower(NULL) <> 'b' keeps no row, OR IS NULL does
+    "by_upper": "SELECT upper(owner) AS u, COUNT(*) AS n, SUM(balance) AS s FROM accounts"
+    " WHERE lower(owner) <> 'b' OR owner IS NULL GROUP BY upper(owner)",
     # two NULL-able group keys; DECIMAL SUM and AVG; SUM of INT
     "by_owner_region": "SELECT owner, region, SUM(credit) AS s, AVG(credit) AS av,"
     " SUM(region) AS sr, COUNT(*) AS n FROM accounts GROUP BY owner, region",
