@@ -12,13 +12,16 @@ the query and dropping it after (2.0 against 3.7 ms in one measurement).
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 from duckdb.func import PythonUDFType
-from duckdb.sqltypes import VARCHAR
+from duckdb.sqltypes import INTEGER, VARCHAR
 
 from deltamv.views.casing import spark_initcap, spark_lower, spark_upper
+from deltamv.views.padding import spark_lpad, spark_repeat, spark_rpad
 
 __all__ = ["Compute"]
 
@@ -27,6 +30,19 @@ __all__ = ["Compute"]
 # reads them from there (the globals hold only the connection and the SQL, under names
 # no table has).
 _QUERY = compile("__result = __con.sql(__sql).to_arrow_table()", "<deltamv.compute>", "exec")
+
+
+# Spark's functions of strings that DuckDB has no exact one of, for views/expr.py's
+# translations: case mapping (views/casing.py), and lpad, rpad, repeat counted in
+# characters (views/padding.py). Each takes and gives Arrow arrays.
+_FUNCTIONS: list[tuple[str, Callable[..., pa.Array], list[Any]]] = [
+    ("spark_upper", spark_upper, [VARCHAR]),
+    ("spark_lower", spark_lower, [VARCHAR]),
+    ("spark_initcap", spark_initcap, [VARCHAR]),
+    ("spark_lpad", spark_lpad, [VARCHAR, INTEGER, VARCHAR]),
+    ("spark_rpad", spark_rpad, [VARCHAR, INTEGER, VARCHAR]),
+    ("spark_repeat", spark_repeat, [VARCHAR, INTEGER]),
+]
 
 
 class Compute:
@@ -49,11 +65,8 @@ class Compute:
         # Spark's session time zone in deltamv (a date of a timestamp, its hour): the
         # machine's own, DuckDB's default, would shift them by the zone's offset.
         self.con.execute("SET TimeZone = 'UTC'")
-        # Spark's case mapping (views/casing.py), for the translations of upper, lower and
-        # initcap
-        for name, function in (("spark_upper", spark_upper), ("spark_lower", spark_lower),
-                               ("spark_initcap", spark_initcap)):  # fmt: skip
-            self.con.create_function(name, function, [VARCHAR], VARCHAR, type=PythonUDFType.ARROW)
+        for name, function, parameters in _FUNCTIONS:
+            self.con.create_function(name, function, parameters, VARCHAR, type=PythonUDFType.ARROW)
 
     def query(self, sql: str, /, **tables: pa.Table) -> pa.Table:
         """The result of ``sql`` over ``tables`` (each visible by its keyword name)."""

@@ -1,5 +1,5 @@
 """Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
-``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``) and of numbers (``round``, ``bround``, ``floor``,
+``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``, ``lpad``, ``rpad``, ``repeat``) and of numbers (``round``, ``bround``, ``floor``,
 ``ceil``, ``greatest``, ``least``), kept incrementally through their DuckDB translation:
 checked against Spark at every version over strings at the edges (empty, spaces and
 tabs, characters of several bytes, a combining accent, an emoji), positions at theirs (0,
@@ -45,6 +45,10 @@ VIEWS = {
     "cases": "SELECT id, upper(owner) AS u, lower(owner) AS l, upper(concat(owner, 'ß')) AS us,"
     " lower(concat(owner, 'Σ')) AS ls, initcap(owner) AS ic, initcap(concat('x ', owner)) AS ix"
     " FROM accounts WHERE lower(owner) <> 'zed' OR owner IS NULL",
+    "pads": "SELECT id, lpad(owner, region % 9, 'xy') AS l, rpad(owner, 6, 'é😀') AS r,"
+    " lpad(owner, 3) AS l3, rpad(owner, 0, 'x') AS r0, lpad(owner, 4, '') AS le,"
+    " repeat(owner, region % 4) AS rp, lpad(owner, CAST(balance AS INT), owner) AS lo"
+    " FROM accounts",
     "by_lower": "SELECT lower(trim(owner)) AS o, COUNT(*) AS n, SUM(balance) AS s"
     " FROM accounts GROUP BY lower(trim(owner))",
     # a computed group key and a filter over them

@@ -117,7 +117,8 @@ def result_type(e: Expr) -> Any:
     if kind in ("Coalesce", "Greatest", "Least"):
         return result_type(e.children[0])
     if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate",
-                "Upper", "Lower", "InitCap", *_TRIMS):  # fmt: skip
+                "Upper", "Lower", "InitCap", "StringLPad", "StringRPad", "StringRepeat",
+                *_TRIMS):  # fmt: skip
         return "string"
     if kind in ("Length", "StringInstr", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
@@ -151,6 +152,9 @@ _STRING_TEMPLATES = {
     "Upper": "spark_upper({})",  # Spark's (ICU's) case mapping: views/casing.py
     "Lower": "spark_lower({})",
     "InitCap": "spark_initcap({})",
+    "StringLPad": "spark_lpad({}, CAST({} AS INTEGER), {})",  # views/padding.py
+    "StringRPad": "spark_rpad({}, CAST({} AS INTEGER), {})",
+    "StringRepeat": "spark_repeat({}, CAST({} AS INTEGER))",
 }
 
 _COMPARE = {
