@@ -37,6 +37,20 @@ SHAPES: dict[str, str] = {
     # deltamv's), over NULLs: lower(NULL) <> 'b' keeps no row, OR IS NULL does
     "by_upper": "SELECT upper(owner) AS u, COUNT(*) AS n, SUM(balance) AS s FROM accounts"
     " WHERE lower(owner) <> 'b' OR owner IS NULL GROUP BY upper(owner)",
+    # UNION ALL: rows of both tables by position (INT and BIGINT widened), one filtered;
+    # a row of each table with equal values counts twice
+    "union_all": "SELECT owner, region AS v FROM accounts WHERE balance > 0"
+    " UNION ALL SELECT owner, amount FROM transfers",
+    # an aggregate over a union: MAX kept per group, groups of both tables' rows
+    "union_agg": "SELECT owner, COUNT(*) AS n, SUM(v) AS s, MAX(v) AS mx FROM (SELECT owner,"
+    " balance AS v FROM accounts UNION ALL SELECT owner, amount AS v FROM transfers) u"
+    " GROUP BY owner",
+    # UNION (distinct): Spark's aggregate over the union; NULL owners one row
+    "union_distinct": "SELECT owner FROM accounts UNION SELECT owner FROM transfers",
+    # a join probing a union of one table with itself (each transfer's two accounts)
+    "union_join": "SELECT u.side, a.id, a.balance FROM (SELECT src AS k, 'src' AS side"
+    " FROM transfers UNION ALL SELECT dst AS k, 'dst' AS side FROM transfers) u"
+    " JOIN accounts a ON a.id = u.k",
     # two NULL-able group keys; DECIMAL SUM and AVG; SUM of INT
     "by_owner_region": "SELECT owner, region, SUM(credit) AS s, AVG(credit) AS av,"
     " SUM(region) AS sr, COUNT(*) AS n FROM accounts GROUP BY owner, region",
@@ -199,7 +213,11 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "LIMIT",
     ),
     "sorted": ("SELECT id, balance FROM accounts ORDER BY balance", "ORDER BY"),
-    "union": ("SELECT id FROM accounts UNION ALL SELECT id FROM transfers", "UNION"),
+    # Spark's rewrite of EXCEPT ALL replicates rows (a Generate)
+    "except_all": (
+        "SELECT owner FROM accounts EXCEPT ALL SELECT owner FROM transfers",
+        "a generator",
+    ),
     "theta_join": (
         "SELECT a.id, t.id AS tid FROM accounts a JOIN transfers t ON t.amount > a.balance",
         "inner join without an equality between the two sides",

@@ -532,6 +532,66 @@ class ExpandOp(Op):
         return " UNION ALL ".join(f"SELECT {s} FROM ({child})" for s in self.selects)
 
 
+class UnionOp(Op):
+    """``UNION ALL`` (``UNION`` is Spark's aggregate over it): the rows of every input,
+    matched to the output's columns by position. Linear: its change is its inputs'
+    changes, each renamed; a lookup is each input's lookup, renamed."""
+
+    def __init__(self, inputs: Sequence[Op], output: Sequence[Attr]) -> None:
+        self.inputs = tuple(inputs)
+        self.output = tuple(output)
+        self.tables = frozenset().union(*(i.tables for i in self.inputs))
+        # per input, a SELECT of its columns as the output's
+        self.selects = [
+            ", ".join([*(f'CAST("{a.col}" AS {duck_type(o.dtype)}) AS "{o.col}"'
+                         for a, o in zip(i.output, self.output, strict=True)), f'"{W}"'])
+            for i in self.inputs
+        ]  # fmt: skip
+
+    def children(self) -> tuple[Op, ...]:
+        return self.inputs
+
+    def _renamed(self, b: Batch, index: int, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None:
+            return None
+        if rows.num_rows == 0:
+            return empty(self.output)
+        return conform(b.compute.query(f"SELECT {self.selects[index]} FROM d", d=rows),
+                       self.output)  # fmt: skip
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        return concat((self._renamed(b, i, op.delta(b)) for i, op in enumerate(self.inputs)),
+                      self.output)  # fmt: skip
+
+    def _inner(self, index: int, attrs: Sequence[Attr]) -> list[Attr]:
+        position = {o.id: k for k, o in enumerate(self.output)}
+        return [self.inputs[index].output[position[a.id]] for a in attrs]
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        ids = {o.id for o in self.output}
+        if not attrs or not all(a.id in ids for a in attrs):
+            return False
+        # (each input asked, so that each prepares the index it needs)
+        found = [op.can_lookup(self._inner(i, attrs)) for i, op in enumerate(self.inputs)]
+        return all(found)
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        parts = []
+        for i, op in enumerate(self.inputs):
+            inner = self._inner(i, attrs)
+            rows = op.lookup(b, inner, keys.rename_columns([a.col for a in inner]), new=new,
+                             null_safe=null_safe)  # fmt: skip
+            parts.append(self._renamed(b, i, rows))
+        return concat(parts, self.output) or empty(self.output)
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        return " UNION ALL ".join(
+            f"SELECT {select} FROM ({op.full_sql(base)})"
+            for select, op in zip(self.selects, self.inputs, strict=True)
+        )
+
+
 # -- joins --------------------------------------------------------------------------------
 _JOIN_KINDS = {
     "Inner$": "inner", "Cross$": "inner", "LeftOuter$": "left", "RightOuter$": "right",
@@ -1879,6 +1939,8 @@ def compile_view(
             items = f.get("aggregateExpressions") or ()
             return AggregateOp(child, groups, list(zip(node.output, items, strict=True)), state,
                                f"{view}_{next(counter)}")  # fmt: skip
+        if kind == "Union":  # (by position: the analyzer resolves UNION BY NAME to it)
+            return UnionOp([build(c) for c in node.children], node.output)
         if kind == "Expand":
             child = build(node.children[0])
             if not f.get("projections"):
@@ -1896,7 +1958,6 @@ def _describe(kind: str) -> str:
         "Sort": "ORDER BY",
         "GlobalLimit": "LIMIT",
         "LocalLimit": "LIMIT",
-        "Union": "UNION",
         "Distinct": "DISTINCT",
         "Deduplicate": "DISTINCT",
         "Generate": "a generator (explode)",
