@@ -65,6 +65,17 @@ EXTRA_VIEWS = {
         "SELECT upper(owner) AS owner, SUM(balance) AS balance, COUNT(*) AS accounts"
         " FROM accounts GROUP BY upper(owner)"
     ),
+    # UNION ALL (kept since 2026-11-28; before, a recompute: "UNION"): every account's
+    # and every transfer's amount, and their sums per owner over the union
+    "amounts_union": (
+        "SELECT 'account' AS kind, id, balance AS amount FROM accounts"
+        " UNION ALL SELECT 'transfer', id, amount FROM transfers"
+    ),
+    "balance_by_owner_union": (
+        "SELECT owner, SUM(v) AS total, COUNT(*) AS n FROM (SELECT owner, balance AS v"
+        " FROM accounts UNION ALL SELECT a.owner, -t.amount FROM transfers t"
+        " JOIN accounts a ON t.from_id = a.id) u GROUP BY owner"
+    ),
     # the same with a value per account: as many values' counts as accounts
     "extremes_unique": (
         "SELECT MIN(balance * 100000000 + id) AS low, MAX(balance * 100000000 + id) AS high"
