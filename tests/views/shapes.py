@@ -213,6 +213,10 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "LIMIT",
     ),
     "sorted": ("SELECT id, balance FROM accounts ORDER BY balance", "ORDER BY"),
+    "locate_from": (
+        "SELECT id, locate('a', owner, 2) AS l FROM accounts",
+        "locate() from a position other than a literal 1",
+    ),
     # Spark's rewrite of EXCEPT ALL replicates rows (a Generate)
     "except_all": (
         "SELECT owner FROM accounts EXCEPT ALL SELECT owner FROM transfers",

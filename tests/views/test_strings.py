@@ -1,5 +1,5 @@
 """Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
-``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``, ``lpad``, ``rpad``, ``repeat``) and of numbers (``round``, ``bround``, ``floor``,
+``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``, ``lpad``, ``rpad``, ``repeat``, ``locate``) and of numbers (``round``, ``bround``, ``floor``,
 ``ceil``, ``greatest``, ``least``), kept incrementally through their DuckDB translation:
 checked against Spark at every version over strings at the edges (empty, spaces and
 tabs, characters of several bytes, a combining accent, an emoji), positions at theirs (0,
@@ -49,6 +49,8 @@ VIEWS = {
     " lpad(owner, 3) AS l3, rpad(owner, 0, 'x') AS r0, lpad(owner, 4, '') AS le,"
     " repeat(owner, region % 4) AS rp, lpad(owner, CAST(balance AS INT), owner) AS lo"
     " FROM accounts",
+    "locate": "SELECT id, locate('a', owner) AS lo, position('é' IN owner) AS po,"
+    " locate('', owner) AS le, position(owner IN 'xxéx é aaa') AS pi FROM accounts",
     "by_lower": "SELECT lower(trim(owner)) AS o, COUNT(*) AS n, SUM(balance) AS s"
     " FROM accounts GROUP BY lower(trim(owner))",
     # a computed group key and a filter over them

@@ -120,7 +120,7 @@ def result_type(e: Expr) -> Any:
                 "Upper", "Lower", "InitCap", "StringLPad", "StringRPad", "StringRepeat",
                 *_TRIMS):  # fmt: skip
         return "string"
-    if kind in ("Length", "StringInstr", "Ascii", "OctetLength"):
+    if kind in ("Length", "StringInstr", "StringLocate", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
     if kind in ("Round", "BRound", "Floor", "Ceil"):
         return _rounded_type(e)
@@ -414,11 +414,18 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if result_type(kids[0]) != "string":
             raise Unsupported("length of non-string values")
         return f"CAST(length({sub(0)}) AS INTEGER)"
-    if kind in ("Substring", "ConcatWs", *_TRIMS, *_STRING_TEMPLATES):
+    if kind in ("Substring", "ConcatWs", "StringLocate", *_TRIMS, *_STRING_TEMPLATES):
         # (Spark casts their other arguments to strings; the first may be binary, and
         # concat_ws's others arrays)
         if any(result_type(k) != "string" for k in kids[: None if kind == "ConcatWs" else 1]):
             raise Unsupported(f"{kind} of non-string values")
+        if kind == "StringLocate":  # (substr, str, start): instr's where start is 1
+            start = kids[2]
+            if start.kind != "Literal" or str(start.fields.get("value")) != "1":
+                raise Unsupported("locate() from a position other than a literal 1")
+            if result_type(kids[1]) != "string":
+                raise Unsupported("locate() in non-string values")
+            return f"CAST(instr({sub(1)}, {sub(0)}) AS INTEGER)"
         if kind == "Substring":  # (str, pos, len); left() and right() arrive as it
             return _substring(sub(0), sub(1), sub(2))
         if kind == "ConcatWs":  # (separator, values...): NULL values left out
@@ -476,7 +483,7 @@ _TOTAL = {
     "KnownFloatingPointNormalized", "NormalizeNaNAndZero", "EqualNullSafe", "And", "Or",
     "Not", "IsNull", "IsNotNull", "IsNaN", "In", "InSet", "If", "CaseWhen", "Coalesce",
     "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE, *_DATE_PARTS,
-    "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "ConcatWs", *_TRIMS,
+    "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "ConcatWs", "StringLocate", *_TRIMS,
     *_STRING_TEMPLATES, "Greatest", "Least", "Round", "BRound", "Floor", "Ceil",
 }  # fmt: skip
 _LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
