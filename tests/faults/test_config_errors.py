@@ -91,6 +91,33 @@ def test_config_error_names_the_key_before_anything_is_read(
     assert not (tmp_path / "out").exists()
 
 
+def test_a_change_log_that_is_not_there_is_named_before_a_snapshot_is_loaded(
+    spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The snapshot was loaded and every view's first version published (minutes for a
+    large one) before the change log was found missing."""
+    (tmp_path / "snapshot" / "accounts").mkdir(parents=True)
+    (tmp_path / "snapshot" / "_snapshot.json").write_text('{"ts": 100}')
+    (tmp_path / "snapshot" / "accounts" / "part-0.jsonl").write_text(
+        '{"id": 1, "owner": "o1", "balance": 100}\n'
+    )
+    config = CONFIG.replace(
+        'changelog = "changelog"', 'changelog = "changelog"\nsnapshot = "snapshot"'
+    )
+    assert config != CONFIG
+    (tmp_path / "config.toml").write_text(config)
+    code, error = run_cli(tmp_path, capsys)
+    assert code == 1
+    assert error == (
+        f"deltamv: error: {tmp_path / 'config.toml'}: job.changelog: change log directory"
+        f" {tmp_path / 'changelog'} does not exist"
+    )
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "changelog").mkdir()  # the same job starts once the change log is there
+    assert run_cli(tmp_path, capsys) == (0, None)
+    assert totals(tmp_path) == (100, 1)
+
+
 def test_a_table_keeps_its_columns_and_primary_key_for_its_checkpoints_life(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -43,7 +43,7 @@ from deltamv.changelog.batch import (
 )
 from deltamv.changelog.events import COMMIT, COMMITTED, PREWRITE
 from deltamv.changelog.format import read_segment
-from deltamv.changelog.segments import Segment, SegmentFormat, scan_region
+from deltamv.changelog.segments import Segment, SegmentFormat, region_dirs, scan_region
 from deltamv.changelog.snapshot import iter_snapshot, read_snapshot_ts
 from deltamv.changelog.source import (
     SOURCE_NAME,
@@ -105,7 +105,9 @@ class ChangelogUpstream:
     def open(self, store: StateStore) -> None:
         """Check every segment the job read is still as it was (before anything runs);
         name the columns of rows an earlier version kept pending or buffered as this one
-        does (``schema.change_column``)."""
+        does (``schema.change_column``). A change log that is not there is named now,
+        not after a snapshot's load and first versions."""
+        region_dirs(self.config.changelog)  # (raises the one-line ConfigError)
         self.ledger = SegmentLedger(store)
         self.ledger.verify_all()
         renames = {
