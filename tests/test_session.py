@@ -204,6 +204,39 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
         _reap(server, *([proc] if proc else []))
 
 
+def test_a_forked_runner_that_fails_ends_with_the_status_a_runner_of_its_own_would(
+    tmp_path: Path,
+) -> None:
+    """pyspark's runner ends with ``sys.exit(-1)`` where it fails (here: the "JVM" names
+    another Python version): status 255, as for a process of its own. The fork sent -1
+    as four unsigned bytes, which raised an OverflowError printed at the job's start (an
+    outside run, whose change log was not there yet)."""
+    launcher = worker_python(tmp_path / "cache")
+    assert launcher is not None
+    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "deltamv.warm_runner", path, str(os.getpid()), "1"]
+    )
+    sock_path = str(tmp_path / "worker.sock")
+    proc = None
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
+            jvm.bind(sock_path)
+            jvm.listen(1)
+            assert _bound(path)
+            proc = _start_runner(launcher, sock_path)
+            conn, _ = _connected(jvm)
+            with conn:
+                conn.sendall(len(b"0.0").to_bytes(4, "big") + b"0.0")  # its Python version
+                _, err = proc.communicate(timeout=60)
+        text = err.decode(errors="replace")
+        assert proc.returncode == 255, text
+        assert "OverflowError" not in text, text
+        assert server.wait(timeout=60) == 0
+    finally:
+        _reap(server, *([proc] if proc else []))
+
+
 def test_a_signal_before_the_runners_id_is_passed_on_when_it_comes(tmp_path: Path) -> None:
     """Spark may end the launcher while the server forks: the signal waits for the runner's
     process id, then goes to the runner (the launcher does not end alone, its runner left)."""

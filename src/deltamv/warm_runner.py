@@ -202,6 +202,8 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
 
 
 def _run() -> int:
+    """The runner's exit status, as its own process would end with it (pyspark's runner
+    ends with ``sys.exit(-1)`` where it fails: 255)."""
     from deltamv.source_runner import main as runner
 
     try:
@@ -210,7 +212,7 @@ def _run() -> int:
         code = done.code
         if code is None:
             return 0
-        return code if isinstance(code, int) else 1
+        return code & 0xFF if isinstance(code, int) else 1
     return 0
 
 
