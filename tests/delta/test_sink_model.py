@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import itertools
+import math
 import tempfile
 from collections import Counter
 from typing import Any
@@ -141,16 +142,36 @@ def _canon(row: tuple[Any, ...]) -> tuple[object, ...]:
     return tuple(canonical(v) for v in row)
 
 
+def _exact(row: tuple[Any, ...]) -> tuple[object, ...]:
+    """A row as the sink consolidates a change: NaN equal to NaN, -0.0 apart from 0.0."""
+    return tuple(("zero", math.copysign(1.0, v)) if v == 0.0 and isinstance(v, float)
+                 else canonical(v) for v in row)  # fmt: skip
+
+
 def _repaired(
     pool: list[tuple[Any, ...]], entries: list[tuple[int, int]], model: Counter[tuple[object, ...]]
 ) -> list[tuple[int, int]]:
-    """``entries`` plus inserts where they would remove more copies than the table holds."""
+    """``entries`` plus inserts where they would remove more copies than the table holds.
+
+    The sink sums a change's weights per row telling -0.0 from 0.0 (a row changed only
+    in a zero's sign reaches the table), and matches what is left to remove by equality
+    against the rows the table holds: an insert of -0.0 in the same change does not
+    cover a removal of 0.0, so each row's removals are covered by copies held before."""
     net: Counter[tuple[object, ...]] = Counter()
     first: dict[tuple[object, ...], int] = {}
     for i, w in entries:
-        net[_canon(pool[i])] += w
-        first.setdefault(_canon(pool[i]), i)
-    extra = [(first[c], -(model[c] + n)) for c, n in net.items() if model[c] + n < 0]
+        net[_exact(pool[i])] += w
+        first.setdefault(_exact(pool[i]), i)
+    held = Counter(model)
+    extra = []
+    for row, n in net.items():
+        if n >= 0:
+            continue
+        c = _canon(pool[first[row]])
+        covered = min(-n, held[c])
+        held[c] -= covered
+        if -n > covered:
+            extra.append((first[row], -n - covered))
     return entries + extra
 
 
