@@ -168,12 +168,7 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
     """The launcher asks the warm server of its parent (standing in for Spark's JVM) for the
     runner: a child of the server, in the launcher's folder, with the launcher's streams
     and environment, ended as a runner Spark started itself ends."""
-    launcher = worker_python(tmp_path / "cache")
-    assert launcher is not None
-    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
-    server = subprocess.Popen(
-        [sys.executable, "-m", "deltamv.warm_runner", path, str(os.getpid()), "1"]
-    )
+    launcher, path, server = _warm_server(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     sock_path = str(tmp_path / "worker.sock")
@@ -211,12 +206,7 @@ def test_a_forked_runner_that_fails_ends_with_the_status_a_runner_of_its_own_wou
     another Python version): status 255, as for a process of its own. The fork sent -1
     as four unsigned bytes, which raised an OverflowError printed at the job's start (an
     outside run, whose change log was not there yet)."""
-    launcher = worker_python(tmp_path / "cache")
-    assert launcher is not None
-    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
-    server = subprocess.Popen(
-        [sys.executable, "-m", "deltamv.warm_runner", path, str(os.getpid()), "1"]
-    )
+    launcher, path, server = _warm_server(tmp_path)
     sock_path = str(tmp_path / "worker.sock")
     proc = None
     try:
@@ -332,6 +322,18 @@ def test_sockets_of_servers_whose_jvm_is_gone_are_removed(tmp_path: Path) -> Non
     other.write_text("")
     assert warm_runner.clear_stale(str(tmp_path)) == 1
     assert not stale.exists() and live.exists() and other.exists()
+
+
+def _warm_server(tmp_path: Path) -> tuple[str, str, subprocess.Popen[bytes]]:
+    """A launcher, and a warm server for one fork whose JVM this process stands in for:
+    the launcher, the server's socket path and its process."""
+    launcher = worker_python(tmp_path / "cache")
+    assert launcher is not None
+    path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
+    server = subprocess.Popen(
+        [sys.executable, "-m", "deltamv.warm_runner", path, str(os.getpid()), "1"]
+    )
+    return launcher, path, server
 
 
 def _start_runner(python: str, sock_path: str, cwd: Path | None = None) -> subprocess.Popen[bytes]:

@@ -106,13 +106,7 @@ def test_a_change_log_that_is_not_there_is_named_before_a_snapshot_is_loaded(
     )
     assert config != CONFIG
     (tmp_path / "config.toml").write_text(config)
-    code, error = run_cli(tmp_path, capsys)
-    assert code == 1
-    assert error == (
-        f"deltamv: error: {tmp_path / 'config.toml'}: job.changelog: change log directory"
-        f" {tmp_path / 'changelog'} does not exist"
-    )
-    assert not (tmp_path / "out").exists()
+    _fails_without_its_change_log(tmp_path, capsys)
     (tmp_path / "changelog").mkdir()  # the same job starts once the change log is there
     assert run_cli(tmp_path, capsys) == (0, None)
     assert totals(tmp_path) == (100, 1)
@@ -236,16 +230,22 @@ def test_config_errors_through_a_real_process(tmp_path: Path) -> None:
     assert "viewz: unknown key" in lines[0]
 
 
+def _fails_without_its_change_log(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``deltamv run --once`` stops with the one line naming the missing change log, and
+    no output exists."""
+    code, error = run_cli(root, capsys)
+    assert code == 1
+    assert error == (
+        f"deltamv: error: {root / 'config.toml'}: job.changelog: change log directory"
+        f" {root / 'changelog'} does not exist"
+    )
+    assert not (root / "out").exists()
+
+
 def test_a_change_log_that_is_not_there_is_one_line_also_with_once(
     spark: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Under ``--once`` the change log is first listed where Spark prepares the run (a
     Python worker): the job said only "[STREAM_FAILED] ... Traceback"."""
     (tmp_path / "config.toml").write_text(CONFIG)
-    code, error = run_cli(tmp_path, capsys)
-    assert code == 1
-    assert error == (
-        f"deltamv: error: {tmp_path / 'config.toml'}: job.changelog: change log directory"
-        f" {tmp_path / 'changelog'} does not exist"
-    )
-    assert not (tmp_path / "out").exists()
+    _fails_without_its_change_log(tmp_path, capsys)
