@@ -44,6 +44,7 @@ def _run(args: argparse.Namespace) -> int:
     refuse_if_running(Path(config.checkpoint), config.name)  # before Spark's seconds of start
     job: ViewJob | None = None
     signals = 0
+    jvm: list[int] = []  # the driver's JVM, where this process started it
 
     def stop(signum: int, frame: object) -> None:
         # Ctrl-C or SIGTERM: the streaming query stops, run() returns; a batch cut
@@ -53,6 +54,12 @@ def _run(args: argparse.Namespace) -> int:
         signals += 1
         if signals > 1:
             try:
+                # The JVM ends first, at once: left to end with the driver, it stops
+                # Spark while the streaming query's thread is still ending, which may
+                # print that thread's trace (RpcEnv already stopped).
+                for pid in jvm:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 os.write(2, b"deltamv: stopped at once (a second signal); the next run"
                             b" replays the batch in progress\n")  # fmt: skip
             finally:
@@ -83,6 +90,11 @@ def _run(args: argparse.Namespace) -> int:
     if failed:
         raise failed[0]
     job = started[0]
+    from pyspark import SparkContext
+
+    launched = getattr(SparkContext._gateway, "proc", None)  # (None under spark-submit)
+    if launched is not None:
+        jvm.append(launched.pid)
     if signals:
         logging.getLogger("deltamv").info("stopped on request before the job started")
         return 0
