@@ -26,7 +26,6 @@ maps otherwise).
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections.abc import Callable
 
@@ -90,8 +89,6 @@ _SIGMA = {chr(c): p for first, last, p in _SIGMA_RANGES for c in range(first, la
 _UPPER_KEYS = frozenset(_UPPER)
 _LOWER_RULE = frozenset(_LOWER) | frozenset(_SIGMA)  # strings with these: the rule here
 _CAPITAL_SIGMA = "\u03a3"
-_STARTS = [first for first, _, _ in _SIGMA_RANGES]  # (for a quick look up, sorted)
-assert sorted(_STARTS) == _STARTS
 
 
 @functools.lru_cache(maxsize=4096)
@@ -103,10 +100,7 @@ def _python_property(c: str) -> str:
 
 
 def _property(c: str) -> str:
-    i = bisect.bisect_right(_STARTS, ord(c)) - 1
-    if i >= 0 and _SIGMA_RANGES[i][0] <= ord(c) <= _SIGMA_RANGES[i][1]:
-        return _SIGMA_RANGES[i][2]
-    return _python_property(c)
+    return _SIGMA.get(c) or _python_property(c)
 
 
 def _cased_beside(s: str, i: int, step: int) -> bool:
@@ -127,17 +121,18 @@ def _upper_one(s: str) -> str:
     return "".join(_UPPER.get(c) or c.upper() for c in s)
 
 
+def _lowered(s: str, i: int) -> str:
+    """Spark's lower case of ``s[i]`` in ``s``: a capital sigma by the final-sigma rule."""
+    c = s[i]
+    if c == _CAPITAL_SIGMA:
+        return "ς" if _cased_beside(s, i, -1) and not _cased_beside(s, i, 1) else "σ"
+    return _LOWER.get(c) or c.lower()
+
+
 def _lower_one(s: str) -> str:
     if s.isascii() or _LOWER_RULE.isdisjoint(s):
         return s.lower()
-    out = []
-    for i, c in enumerate(s):
-        if c == _CAPITAL_SIGMA:
-            final = _cased_beside(s, i, -1) and not _cased_beside(s, i, 1)
-            out.append("ς" if final else "σ")
-        else:
-            out.append(_LOWER.get(c) or c.lower())
-    return "".join(out)
+    return "".join(_lowered(s, i) for i in range(len(s)))
 
 
 def _initcap_one(s: str) -> str:
@@ -146,13 +141,7 @@ def _initcap_one(s: str) -> str:
     out = []
     start = True
     for i, c in enumerate(s):
-        if start:
-            out.append(_UPPER.get(c) or c.title())
-        elif c == _CAPITAL_SIGMA:
-            final = _cased_beside(s, i, -1) and not _cased_beside(s, i, 1)
-            out.append("ς" if final else "σ")
-        else:
-            out.append(_LOWER.get(c) or c.lower())
+        out.append((_UPPER.get(c) or c.title()) if start else _lowered(s, i))
         start = c == " "
     return "".join(out)
 

@@ -551,16 +551,17 @@ class UnionOp(Op):
     def children(self) -> tuple[Op, ...]:
         return self.inputs
 
-    def _renamed(self, b: Batch, index: int, rows: pa.Table | None) -> pa.Table | None:
+    def _renamed(self, index: int, rows: pa.Table | None) -> pa.Table | None:
+        """An input's rows under the output's column names and types (Arrow alone: the
+        analyzer widened each input's columns to the output's types already)."""
         if rows is None:
             return None
-        if rows.num_rows == 0:
-            return empty(self.output)
-        return conform(b.compute.query(f"SELECT {self.selects[index]} FROM d", d=rows),
-                       self.output)  # fmt: skip
+        names = [a.col for a in self.inputs[index].output]
+        renamed = rows.select([*names, W]).rename_columns([*(o.col for o in self.output), W])
+        return conform(renamed, self.output)
 
     def delta(self, b: Batch) -> pa.Table | None:
-        return concat((self._renamed(b, i, op.delta(b)) for i, op in enumerate(self.inputs)),
+        return concat((self._renamed(i, op.delta(b)) for i, op in enumerate(self.inputs)),
                       self.output)  # fmt: skip
 
     def _inner(self, index: int, attrs: Sequence[Attr]) -> list[Attr]:
@@ -582,7 +583,7 @@ class UnionOp(Op):
             inner = self._inner(i, attrs)
             rows = op.lookup(b, inner, keys.rename_columns([a.col for a in inner]), new=new,
                              null_safe=null_safe)  # fmt: skip
-            parts.append(self._renamed(b, i, rows))
+            parts.append(self._renamed(i, rows))
         return concat(parts, self.output) or empty(self.output)
 
     def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
