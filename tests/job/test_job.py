@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.errors import PySparkException
+from pyspark.sql.functions import udf
 
 from deltamv import delta
 from deltamv.changelog.segments import Segment
@@ -513,6 +515,25 @@ def test_a_spark_checkpoint_that_lost_its_last_batch_is_refused(spark: Any, bank
     with pytest.raises(StateError, match=r"Spark's offset log says batch 1 ends at .* but the job"):
         ViewJob(config, spark).run(once=True)
     assert [v.watermark for v in delta.versions(total)] == [115, 140]
+
+
+def test_a_python_error_behind_a_failed_query_is_named_by_its_own_line(
+    spark: Any, bank: Path
+) -> None:
+    """An exception that is not deltamv's, raised in Python under Spark (a worker, the
+    source's planning), reaches the job as Spark's message holding the Python traceback
+    whole: the job's one line names the exception by the traceback's last line (it kept
+    the first line of Spark's message alone, which can end in "Traceback (most recent
+    call last):")."""
+    fails = udf(lambda i: {}["no such key"], "int")
+    with pytest.raises(PySparkException) as info:
+        spark.range(1).select(fails("id")).collect()
+    assert "Traceback (most recent call last):" in str(info.value)
+    explained = ViewJob(load_config(bank / "config.toml"), spark)._explain(info.value)
+    message = str(explained)
+    assert message.startswith("the streaming query failed: ")
+    assert message.endswith(" KeyError: 'no such key'"), message
+    assert "Traceback" not in message and "\n" not in message
 
 
 def test_bad_record_stops_the_batch_and_commits_nothing(spark: Any, bank: Path) -> None:

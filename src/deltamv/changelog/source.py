@@ -270,15 +270,15 @@ class ChangelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             for region, last in finish.items()
             if last > begin.get(region, -1)
         )
-        if not covered:  # e.g. a restarted query replaying a planned batch
-            try:
+        try:
+            if not covered:  # e.g. a restarted query replaying a planned batch
                 listing = {
                     r: scan_region(r, folder, after=begin.get(r, -1)).segments
                     for r, folder in region_dirs(self.path).items()
                 }
-            except DeltaMVError as e:
-                raise wire(e) from None
-        return _select(listing, begin, finish)
+            return _select(listing, begin, finish)
+        except DeltaMVError as e:
+            raise wire(e) from None
 
     def commit(self, end: dict) -> None:
         pass  # segments are never deleted by the reader

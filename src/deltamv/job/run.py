@@ -303,7 +303,11 @@ class ViewJob:
                 f"Spark failed on I/O: {io.group(1).strip()} (Spark writes its offsets and"
                 f" commits under {self.config.checkpoint})"
             )
-        return DeltaMVError(f"the streaming query failed: {text.splitlines()[0]}")
+        first = text.splitlines()[0]
+        raised = _python_error(text)
+        if raised is not None:  # a Python worker's or the source planner's own exception
+            first = first.removesuffix(_TRACEBACK).rstrip() + f" {raised}"
+        return DeltaMVError(f"the streaming query failed: {first}")
 
     def _workers_lack_deltamv(self, exc: BaseException) -> DeltaMVError | None:
         """The error for Spark's Python workers failing to import deltamv (the job's
@@ -416,6 +420,23 @@ def _clear_interrupted_writes(spark_checkpoint: Path) -> None:
 
 
 _NO_DELTAMV = re.compile(r"No module named 'deltamv'")
+_TRACEBACK = "Traceback (most recent call last):"
+_SQLSTATE = re.compile(r"\s*SQLSTATE: \w+$")
+
+
+def _python_error(text: str) -> str | None:
+    """The exception line of the last Python traceback in ``text`` ("KeyError: 'x'"):
+    Spark's message for a failure in Python (the source's planning, a worker) holds the
+    traceback whole, and its first line ends where the traceback starts."""
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return None
+    for line in text[at + len(_TRACEBACK) :].splitlines():
+        if line.strip() and not line[0].isspace():  # frames are indented; the error is not
+            return _SQLSTATE.sub("", line).strip()
+    return None
+
+
 _JAVA_IO = re.compile(r"java\.io\.IOException: (.*?)(?: SQLSTATE: \w+)?$", re.MULTILINE)
 
 
