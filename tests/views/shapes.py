@@ -217,6 +217,14 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "SELECT id, locate('a', owner, 2) AS l FROM accounts",
         "locate() from a position other than a literal 1",
     ),
+    "pmod_by_column": (  # (by 0 it fails, by a negative divisor it may be negative)
+        "SELECT id, pmod(balance, region) AS p FROM accounts",
+        "pmod by a divisor other than a constant above 0",
+    ),
+    "sha512": (
+        "SELECT id, sha2(owner, 512) AS h FROM accounts",
+        "sha2 to a bit length other than 256",
+    ),
     # Spark's rewrite of EXCEPT ALL replicates rows (a Generate)
     "except_all": (
         "SELECT owner FROM accounts EXCEPT ALL SELECT owner FROM transfers",

@@ -1,6 +1,7 @@
 """Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
 ``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``, ``lpad``, ``rpad``, ``repeat``, ``locate``) and of numbers (``round``, ``bround``, ``floor``,
-``ceil``, ``greatest``, ``least``), kept incrementally through their DuckDB translation:
+``ceil``, ``greatest``, ``least``, ``pmod``) and digests (``md5``, ``sha1``,
+``sha2``), kept incrementally through their DuckDB translation:
 checked against Spark at every version over strings at the edges (empty, spaces and
 tabs, characters of several bytes, a combining accent, an emoji), positions at theirs (0,
 negative, beyond the end, the largest INT, NULL) and decimals at the halves."""
@@ -51,6 +52,12 @@ VIEWS = {
     " FROM accounts",
     "locate": "SELECT id, locate('a', owner) AS lo, position('é' IN owner) AS po,"
     " locate('', owner) AS le, position(owner IN 'xxéx é aaa') AS pi FROM accounts",
+    "digests": "SELECT id, md5(owner) AS m, sha1(owner) AS s1, sha(owner) AS s,"
+    " sha2(owner, 256) AS s2, sha2(concat_ws('|', owner, region), 0) AS s0 FROM accounts",
+    "pmods": "SELECT id, pmod(region, 3) AS p3, pmod(balance, 7) AS p7, pmod(region, 1) AS p1,"
+    " pmod(CAST(region AS BIGINT) * 3, 2147483647) AS pl, pmod(-region, 2) AS pn FROM accounts",
+    "by_pmod": "SELECT pmod(region, 4) AS bucket, COUNT(*) AS n, SUM(balance) AS s"
+    " FROM accounts WHERE pmod(id, 3) <> 1 GROUP BY pmod(region, 4)",
     "by_lower": "SELECT lower(trim(owner)) AS o, COUNT(*) AS n, SUM(balance) AS s"
     " FROM accounts GROUP BY lower(trim(owner))",
     # a computed group key and a filter over them

@@ -122,6 +122,8 @@ def result_type(e: Expr) -> Any:
         return "string"
     if kind in ("Length", "StringInstr", "StringLocate", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
+    if kind in _DIGESTS:
+        return "string"
     if kind in ("Round", "BRound", "Floor", "Ceil"):
         return _rounded_type(e)
     if kind == "DateAdd" or kind == "DateSub" or kind == "TruncDate":
@@ -156,6 +158,10 @@ _STRING_TEMPLATES = {
     "StringRPad": "spark_rpad({}, CAST({} AS INTEGER), {})",
     "StringRepeat": "spark_repeat({}, CAST({} AS INTEGER))",
 }
+
+# Digests as lower-case hexadecimal, in both engines. Spark hashes bytes: a string
+# arrives cast to binary (its UTF-8), the bytes DuckDB hashes of a VARCHAR.
+_DIGESTS = {"Md5": "md5", "Sha1": "sha1", "Sha2": "sha256"}
 
 _COMPARE = {
     "EqualTo": "=",
@@ -379,6 +385,10 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         if any(decimal_of(result_type(k)) or result_type(k) in _FRACTIONAL for k in kids):
             raise Unsupported("DIV of non-integral values")
         return _divided(sub(0), "//", sub(1), "BIGINT")
+    if kind == "Pmod":
+        return _pmod(e, sub(0), sub(1))
+    if kind in _DIGESTS:
+        return _digest(e, col)
     if kind == "Remainder":
         t = result_type(e)
         if t in _FRACTIONAL:
@@ -477,6 +487,32 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
     raise Unsupported(f"expression {kind}")
 
 
+def _pmod(e: Expr, value: str, divisor: str) -> str:
+    """``pmod(a, n)`` of integers by a constant ``n`` above 0: ``a % n`` (the sign of
+    ``a``, as DuckDB's), moved up by ``n`` where negative (Spark's Pmod; by 0 it fails in
+    ANSI mode, by a negative ``n`` it is negative or 0)."""
+    t = result_type(e)
+    n = e.children[1]
+    if t not in _INTEGRAL:
+        raise Unsupported(f"pmod of {t} values")
+    if n.kind != "Literal" or n.fields.get("value") is None or int(n.fields["value"]) <= 0:
+        raise Unsupported("pmod by a divisor other than a constant above 0")
+    r = f"({value} % {divisor})"
+    return f"CAST((CASE WHEN {r} < 0 THEN {r} + {divisor} ELSE {r} END) AS {duck_type(t)})"
+
+
+def _digest(e: Expr, col: Callable[[int], str]) -> str:
+    """``md5``, ``sha1``/``sha`` and ``sha2(_, 256)`` of a string."""
+    value = e.children[0]
+    if value.kind != "Cast" or result_type(value.children[0]) != "string":
+        raise Unsupported(f"{e.kind.lower()} of values that are not strings")
+    if e.kind == "Sha2":
+        bits = e.children[1]
+        if bits.kind != "Literal" or str(bits.fields.get("value")) not in ("0", "256"):
+            raise Unsupported("sha2 to a bit length other than 256")
+    return f"{_DIGESTS[e.kind]}({sql(value.children[0], col)})"
+
+
 # Expressions that never fail on any value (their children may).
 _TOTAL = {
     "AttributeReference", "Literal", "Alias", "KnownNotNull", "UnaryPositive",
@@ -485,6 +521,7 @@ _TOTAL = {
     "StartsWith", "EndsWith", "Contains", "Concat", "Length", *_COMPARE, *_DATE_PARTS,
     "TruncTimestamp", "TruncDate", "DateDiff", "Substring", "ConcatWs", "StringLocate", *_TRIMS,
     *_STRING_TEMPLATES, "Greatest", "Least", "Round", "BRound", "Floor", "Ceil",
+    "Pmod", *_DIGESTS,  # (pmod by a constant above 0 alone)
 }  # fmt: skip
 _LAZY_DEPTH = 6  # each level copies its left side once: at most 2^6 copies
 
