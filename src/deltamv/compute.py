@@ -17,6 +17,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 from duckdb.func import PythonUDFType
 from duckdb.sqltypes import INTEGER, VARCHAR
 
@@ -33,8 +34,10 @@ _QUERY = compile("__result = __con.sql(__sql).to_arrow_table()", "<deltamv.compu
 
 
 # Spark's functions of strings that DuckDB has no exact one of, for views/expr.py's
-# translations: case mapping (views/casing.py), and lpad, rpad, repeat counted in
-# characters (views/padding.py). Each takes and gives Arrow arrays.
+# translations: case mapping (views/casing.py), lpad, rpad, repeat counted in characters
+# (views/padding.py), and reverse by code points (DuckDB's reverses grapheme clusters:
+# an accent stays on its letter; Spark's moves with the code points). Each takes and
+# gives Arrow arrays.
 _FUNCTIONS: list[tuple[str, Callable[..., pa.Array], list[Any]]] = [
     ("spark_upper", spark_upper, [VARCHAR]),
     ("spark_lower", spark_lower, [VARCHAR]),
@@ -42,6 +45,7 @@ _FUNCTIONS: list[tuple[str, Callable[..., pa.Array], list[Any]]] = [
     ("spark_lpad", spark_lpad, [VARCHAR, INTEGER, VARCHAR]),
     ("spark_rpad", spark_rpad, [VARCHAR, INTEGER, VARCHAR]),
     ("spark_repeat", spark_repeat, [VARCHAR, INTEGER]),
+    ("spark_reverse", lambda values: pc.utf8_reverse(values), [VARCHAR]),  # (one parameter)
 ]
 
 

@@ -1,5 +1,5 @@
 """Functions of strings (``substring``, ``left``, ``right``, the trims, ``replace``,
-``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``, ``lpad``, ``rpad``, ``repeat``, ``locate``) and of numbers (``round``, ``bround``, ``floor``,
+``concat_ws``, ``instr``, ``translate``, ``upper``, ``lower``, ``initcap``, ``lpad``, ``rpad``, ``repeat``, ``locate``, ``reverse``) and of numbers (``round``, ``bround``, ``floor``,
 ``ceil``, ``greatest``, ``least``, ``pmod``) and digests (``md5``, ``sha1``,
 ``sha2``), kept incrementally through their DuckDB translation:
 checked against Spark at every version over strings at the edges (empty, spaces and
@@ -52,6 +52,8 @@ VIEWS = {
     " FROM accounts",
     "locate": "SELECT id, locate('a', owner) AS lo, position('é' IN owner) AS po,"
     " locate('', owner) AS le, position(owner IN 'xxéx é aaa') AS pi FROM accounts",
+    "reversed": "SELECT id, reverse(owner) AS r, reverse(concat(owner, 'e\u0301')) AS ra"
+    " FROM accounts WHERE reverse(owner) <> 'cba' OR owner IS NULL",
     "digests": "SELECT id, md5(owner) AS m, sha1(owner) AS s1, sha(owner) AS s,"
     " sha2(owner, 256) AS s2, sha2(concat_ws('|', owner, region), 0) AS s0 FROM accounts",
     "pmods": "SELECT id, pmod(region, 3) AS p3, pmod(balance, 7) AS p7, pmod(region, 1) AS p1,"

@@ -118,7 +118,7 @@ def result_type(e: Expr) -> Any:
         return result_type(e.children[0])
     if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate",
                 "Upper", "Lower", "InitCap", "StringLPad", "StringRPad", "StringRepeat",
-                *_TRIMS):  # fmt: skip
+                "Reverse", *_TRIMS):  # fmt: skip
         return "string"
     if kind in ("Length", "StringInstr", "StringLocate", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
@@ -157,6 +157,7 @@ _STRING_TEMPLATES = {
     "StringLPad": "spark_lpad({}, CAST({} AS INTEGER), {})",  # views/padding.py
     "StringRPad": "spark_rpad({}, CAST({} AS INTEGER), {})",
     "StringRepeat": "spark_repeat({}, CAST({} AS INTEGER))",
+    "Reverse": "spark_reverse({})",  # by code points (compute.py); of arrays: a recompute
 }
 
 # Digests as lower-case hexadecimal, in both engines. Spark hashes bytes: a string
