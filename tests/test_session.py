@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -149,9 +151,7 @@ def test_the_streaming_source_runner_ends_quietly_when_spark_hangs_up(
     launcher = worker_python(tmp_path / "cache")
     assert launcher is not None
     sock_path = str(tmp_path / "worker.sock")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
-        server.bind(sock_path)
-        server.listen(1)
+    with _listening(sock_path) as server:
         proc = _start_runner(launcher if through == "launcher" else sys.executable, sock_path)
         conn, _ = _connected(server)  # (the runner's process id read: it is connected)
         conn.close()
@@ -174,9 +174,7 @@ def test_the_warm_server_forks_the_runner_the_launcher_asks_for(tmp_path: Path, 
     sock_path = str(tmp_path / "worker.sock")
     proc = None
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
-            jvm.bind(sock_path)
-            jvm.listen(1)
+        with _listening(sock_path) as jvm:
             assert _bound(path)  # (a launcher asking earlier would wait for it)
             proc = _start_runner(launcher, sock_path, cwd=work)
             conn, pid = _connected(jvm)
@@ -210,9 +208,7 @@ def test_a_forked_runner_that_fails_ends_with_the_status_a_runner_of_its_own_wou
     sock_path = str(tmp_path / "worker.sock")
     proc = None
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
-            jvm.bind(sock_path)
-            jvm.listen(1)
+        with _listening(sock_path) as jvm:
             assert _bound(path)
             proc = _start_runner(launcher, sock_path)
             conn, _ = _connected(jvm)
@@ -236,9 +232,7 @@ def test_a_signal_before_the_runners_id_is_passed_on_when_it_comes(tmp_path: Pat
     runner = subprocess.Popen(["sleep", "120"])  # standing in for the forked runner
     proc = None
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
-            server.bind(path)
-            server.listen(1)
+        with _listening(path) as server:
             proc = _start_runner(launcher, str(tmp_path / "no-jvm.sock"))
             server.settimeout(60)
             asked, _ = server.accept()
@@ -267,20 +261,15 @@ def test_the_launcher_runs_the_runner_itself_when_the_server_refuses(tmp_path: P
     assert launcher is not None
     path = warm_runner.socket_path(os.path.dirname(launcher), os.getpid())
     sock_path = str(tmp_path / "worker.sock")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as refusing:
-        refusing.bind(path)
-        refusing.listen(1)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jvm:
-            jvm.bind(sock_path)
-            jvm.listen(1)
-            proc = _start_runner(launcher, sock_path)
-            refusing.settimeout(60)
-            asked, _ = refusing.accept()
-            asked.close()  # a server that ends before it forks
-            conn, pid = _connected(jvm)
-            with conn:
-                assert pid == proc.pid  # the launcher's own process, become the runner
-            _, err = proc.communicate(timeout=60)
+    with _listening(path) as refusing, _listening(sock_path) as jvm:
+        proc = _start_runner(launcher, sock_path)
+        refusing.settimeout(60)
+        asked, _ = refusing.accept()
+        asked.close()  # a server that ends before it forks
+        conn, pid = _connected(jvm)
+        with conn:
+            assert pid == proc.pid  # the launcher's own process, become the runner
+        _, err = proc.communicate(timeout=60)
     assert err.decode(errors="replace") == "" and proc.returncode == 1
 
 
@@ -344,6 +333,15 @@ def _start_runner(python: str, sock_path: str, cwd: Path | None = None) -> subpr
         env=dict(os.environ, PYTHON_WORKER_FACTORY_SOCK_PATH=sock_path),
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _listening(path: str) -> Iterator[socket.socket]:
+    """A Unix socket listening at ``path`` (a JVM's or a warm server's, stood in for)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(path)
+        listener.listen(1)
+        yield listener
 
 
 def _connected(jvm: socket.socket) -> tuple[socket.socket, int]:

@@ -118,12 +118,10 @@ def result_type(e: Expr) -> Any:
         return result_type(e.children[0])
     if kind in ("Concat", "ConcatWs", "Substring", "StringReplace", "StringTranslate",
                 "Upper", "Lower", "InitCap", "StringLPad", "StringRPad", "StringRepeat",
-                "Reverse", *_TRIMS):  # fmt: skip
+                "Reverse", *_TRIMS, *_DIGESTS):  # fmt: skip
         return "string"
     if kind in ("Length", "StringInstr", "StringLocate", "Ascii", "OctetLength"):
         return "integer"  # (Spark's INT)
-    if kind in _DIGESTS:
-        return "string"
     if kind in ("Round", "BRound", "Floor", "Ceil"):
         return _rounded_type(e)
     if kind == "DateAdd" or kind == "DateSub" or kind == "TruncDate":
