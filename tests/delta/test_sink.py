@@ -112,6 +112,45 @@ def test_changes_in_two_ranges_rewrite_two_files(tmp_path) -> None:
     assert (len(removed), len(added)) == (2, 2)
 
 
+def test_a_change_in_every_range_rewrites_every_file_on_threads_and_keeps_every_row(
+    tmp_path,
+) -> None:
+    """A change at keys spread over the whole table (as random keys of a large table
+    are) rewrites each file once, the files on threads at once (``_rewrite``)."""
+    path = str(tmp_path / "t")
+    sink = _thousand(path)
+    changed = list(range(7, 1000, 100))  # one key in each of the ten files
+
+    result = _commit(sink, 2, _zset((_rows(changed), -1), (_rows(changed, "new"), 1)), 0)
+
+    removed, added = data_actions(path, 1)
+    assert (len(removed), len(added), result.rows_written) == (10, 10, 1000)
+    expected = pa.concat_tables(
+        [_rows([k for k in range(1000) if k not in changed]), _rows(changed, "new")]
+    )
+    assert bag(read_version(path)) == bag(expected)
+    assert files_on_disk(path) == files_in_log(path)
+
+
+def test_of_two_rewrites_failing_on_threads_the_first_is_named_and_nothing_stays(
+    tmp_path,
+) -> None:
+    path = str(tmp_path / "t")
+    sink = _thousand(path)
+    changed = list(range(7, 1000, 100))
+    change = _zset(
+        (_rows(changed), -1),
+        (_rows(changed, "new"), 1),
+        (_rows([350, 750], "other"), -1),  # rows the table does not hold, in files 4 and 8
+    )
+
+    with pytest.raises(StateError, match=r'does not hold a row the job removes \(\{"k": 350'):
+        _commit(sink, 2, change, 0)
+
+    assert DeltaTable(path).version() == 0
+    assert files_on_disk(path) == files_in_log(path)  # the rewrites' files are deleted
+
+
 def test_appends_of_increasing_keys_touch_only_the_last_file_and_keep_files_full(
     tmp_path,
 ) -> None:

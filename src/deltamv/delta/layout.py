@@ -443,6 +443,11 @@ class KeyRangeLayout:
             small += 1
         return small
 
+    def streams(self, job: Rewrite) -> bool:
+        """Whether :meth:`rewrite` streams ``job``'s files (more rows than
+        ``in_memory_rows``) instead of holding them in memory."""
+        return sum(f.num_records for f in job.files) > self.in_memory_rows
+
     def rewrite(self, handle: DeltaTableHandle, job: Rewrite) -> Iterator[pa.Table]:
         """The contents of the files that replace ``job.files`` once its change is applied.
 
@@ -450,7 +455,7 @@ class KeyRangeLayout:
         rows, or files written in no key order) is read file by file and re-sorted with
         bounded memory; StateError then comes after the files are read.
         """
-        if sum(f.num_records for f in job.files) > self.in_memory_rows:
+        if self.streams(job):
             yield from self.arrange(self._applied(handle, job))
             return
         parts = [self._read(handle, f.path) for f in job.files]

@@ -14,6 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,7 +32,7 @@ from deltamv.delta._table import translate_errors
 from deltamv.delta._zset import WEIGHT, consolidate
 from deltamv.delta.commit import BATCH_KEY, JOB_KEY, CommitResult
 from deltamv.delta.files import DataFile, write_arrow
-from deltamv.delta.layout import DEFAULT_TARGET_FILE_ROWS, KeyRangeLayout
+from deltamv.delta.layout import DEFAULT_TARGET_FILE_ROWS, KeyRangeLayout, Rewrite
 from deltamv.delta.table import DeltaTableHandle, TableFile
 from deltamv.errors import CommitConflictError, DeltaMVError
 
@@ -47,6 +48,8 @@ __all__ = [
 
 USER_METADATA_KEY = "userMetadata"
 _DELTAMV_PREFIX = "deltamv."
+#: Rewrites of one commit made at once (each holds up to a few files' rows in memory).
+REWRITE_THREADS = 2
 
 
 @dataclass(frozen=True)
@@ -240,13 +243,40 @@ class TableSink:
         if len(zset) == 0:
             return []
         ranges = self._layout.file_ranges(handle) if handle.exists() else []
-        removed: list[TableFile] = []
         by_path = {f.path: f for f in handle.files()} if handle.exists() else {}
-        for job in self._layout.plan(ranges, zset, table=self._path):
-            for contents in self._layout.rewrite(handle, job):
+        jobs = self._layout.plan(ranges, zset, table=self._path)
+        self._rewrite(jobs, prefix, written)
+        return [by_path[f.path] for job in jobs for f in job.files]
+
+    def _rewrite(self, jobs: Sequence[Rewrite], prefix: str, written: list[DataFile]) -> None:
+        """Each job's files rewritten with its change. Jobs held in memory run
+        :data:`REWRITE_THREADS` at a time (pyarrow reads, sorts and encodes Parquet
+        outside the GIL: a change at random keys of a large table rewrites many files);
+        a job that streams its files runs alone, its memory bounded. Every file written
+        is in ``written`` even when a job fails; the first failing job's error is raised
+        (the jobs after it that had not started are dropped)."""
+
+        def run(job: Rewrite) -> None:
+            for contents in self._layout.rewrite(self._handle, job):
                 self._write_file(contents, prefix, written)
-            removed.extend(by_path[f.path] for f in job.files)
-        return removed
+
+        held = [job for job in jobs if not self._layout.streams(job)]
+        for job in jobs:
+            if self._layout.streams(job):
+                run(job)
+        if len(held) < 2 or REWRITE_THREADS < 2:
+            for job in held:
+                run(job)
+            return
+        self._handle.filesystem()  # opened once, before the threads share it
+        with ThreadPoolExecutor(REWRITE_THREADS, thread_name_prefix="deltamv-rewrite") as pool:
+            futures = [pool.submit(run, job) for job in held]
+            wait(futures, return_when=FIRST_EXCEPTION)
+            for future in futures:
+                future.cancel()  # (those not started yet; the pool waits for the rest)
+        for future in futures:
+            if not future.cancelled():
+                future.result()
 
     def _write_file(self, contents: pa.Table, prefix: str, written: list[DataFile]) -> None:
         files = write_arrow(
