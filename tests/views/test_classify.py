@@ -196,3 +196,28 @@ def test_state_tables_go_with_their_view(
         assert set(store.views()) == {"v_0"}
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("sql", "layout"),
+    [
+        # a column of few values first: the primary key's column ranges the files instead
+        ("SELECT region, owner, id, balance FROM accounts WHERE balance > 0",
+         ("id", "region", "owner", "balance")),
+        # renamed, and a union's tag column before it
+        ("SELECT 'account' AS kind, id AS ref, balance AS amount FROM accounts"
+         " UNION ALL SELECT 'transfer', id, amount FROM transfers",
+         ("ref", "kind", "amount")),
+        # both tables' keys through a join, in the view's order
+        ("SELECT t.amount, a.owner, t.id AS transfer, a.id AS account FROM transfers t"
+         " JOIN accounts a ON t.src = a.id", ("transfer", "account", "amount", "owner")),
+        # no key among the columns: all of them, as they come
+        ("SELECT owner, balance + 1 AS b FROM accounts", ("owner", "b")),
+        # an aggregate: its group columns
+        ("SELECT owner, COUNT(*) AS n FROM accounts GROUP BY owner", ("owner",)),
+    ],
+)  # fmt: skip
+def test_a_view_s_files_are_ranged_by_a_column_holding_a_source_table_s_key(
+    spark: SparkSession, compute: Compute, tmp_path: Path, sql: str, layout: tuple[str, ...]
+) -> None:
+    assert _viewset(spark, compute, tmp_path, sql, "recompute").views["v"].layout == layout

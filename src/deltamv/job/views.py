@@ -41,7 +41,7 @@ from deltamv.state.keyed import KEY, KeyedTable, Mirror
 from deltamv.state.store import StateStore, ViewRecord
 from deltamv.views.expr import Unsupported
 from deltamv.views.ivm import AggregateOp, Attr, Batch, ViewMaintainer, W, compile_view, conform
-from deltamv.views.plan import Analysed, ViewPlan, plan_views
+from deltamv.views.plan import Analysed, Node, ViewPlan, plan_views
 
 __all__ = ["MaintainedView", "ViewSet"]
 
@@ -119,7 +119,7 @@ class ViewSet:
         return KeyedTable(self.store.db, f"s_{name}", schema, indexes=indexes)
 
     def _classify(self, view: ViewConfig, plan: ViewPlan, schema: pa.Schema) -> MaintainedView:
-        layout = _layout(plan, schema)
+        layout = _layout(plan, schema, {t: c.primary_key for t, c in self.config.tables.items()})
         if view.maintain == "recompute":
             return MaintainedView(
                 view, plan, schema, layout, "recompute", 'maintain = "recompute"', None
@@ -324,19 +324,51 @@ def view_errors(view: str) -> Iterator[None]:
         ) from None
 
 
-def _layout(plan: ViewPlan, schema: pa.Schema) -> tuple[str, ...]:
-    """Sort a view's files by its group columns when it is an aggregate, else by all."""
+def _layout(
+    plan: ViewPlan, schema: pa.Schema, primary_keys: Mapping[str, Sequence[str]]
+) -> tuple[str, ...]:
+    """Sort a view's files by its group columns when it is an aggregate, else by all,
+    those that carry a source table's primary key first. The first column ranges the
+    files (delta/layout.py): a change rewrites the files whose range holds its rows, so
+    a column of few values there (``SELECT status, id ...``, a union's tag) would give
+    every file the same range and a change would rewrite them all."""
     root = plan.root
     while root.kind in ("Project", "Filter") and root.children:
         root = root.children[0]
+    named = list(zip(plan.output_names, plan.root.output, strict=False))
     if root.kind == "Aggregate":
         groups = root.fields.get("groupingExpressions") or ()
         group_ids = {g.attr().id for g in groups if g.attr() is not None}
-        chosen = [name for name, attr in zip(plan.output_names, plan.root.output, strict=False)
-                  if attr.id in group_ids]  # fmt: skip
+        chosen = [name for name, attr in named if attr.id in group_ids]
         if chosen:
             return tuple(chosen)
-    return tuple(schema.names)
+    keys = _key_attrs(plan.root, primary_keys)
+    first = [name for name, attr in named if attr.id in keys]
+    return (*first, *(n for n in schema.names if n not in first))
+
+
+def _key_attrs(node: Node, primary_keys: Mapping[str, Sequence[str]]) -> set[int]:
+    """The ids of ``node``'s output attributes that are a source table's primary key
+    column, passed on unchanged (or renamed) through projections, filters, joins and
+    unions (a union's column where one of its inputs' is)."""
+    if node.table is not None:
+        pk = set(primary_keys.get(node.table, ()))
+        return {a.id for a in node.output if a.name in pk}
+    below = set().union(*(_key_attrs(c, primary_keys) for c in node.children))
+    if node.kind == "Project":
+        out = set()
+        for attr, expr in zip(node.output, node.fields.get("projectList") or (), strict=False):
+            inner = expr.children[0] if expr.kind == "Alias" and expr.children else expr
+            if (a := inner.attr()) is not None and a.id in below:
+                out.add(attr.id)
+        return out
+    if node.kind == "Union":
+        out = set()
+        for i, attr in enumerate(node.output):
+            if any(i < len(c.output) and c.output[i].id in below for c in node.children):
+                out.add(attr.id)
+        return out
+    return {a.id for a in node.output if a.id in below}
 
 
 def _expand(rows: pa.Table, view: MaintainedView) -> pa.Table:
