@@ -47,7 +47,7 @@ compile: $(STAMP)
 
 setup: java postgres $(STAMP) compile $(DELTA_JARS)/.fetched $(CLASSES)  ## create .venv, install deltamv and its test tools, fetch the Delta jars, archive Spark's classes
 
-test: setup  ## run the default test suite (30-45 minutes on 2 shared cores)
+test: setup  ## run the default test suite (20-35 minutes on 2 shared cores)
 	$(PY) -m pytest -q --durations=15 $(PYTEST_ARGS)
 
 test-slow: setup  ## also run the slow tests (local-cluster, 2M-row transaction)
