@@ -107,7 +107,7 @@ def _float_token(x: float) -> Raw:
 def _decimal(draw: st.DrawFn, precision: int, scale: int) -> Any:
     digits = draw(st.integers(0, precision))
     unscaled = draw(st.integers(-(10**digits) + 1, 10**digits - 1))
-    d = Decimal(unscaled).scaleb(-scale)
+    d = Decimal(f"{unscaled}E-{scale}")  # exact (scaleb would round to 28 digits)
     form = draw(st.sampled_from(["str", "num", "exp", "trailing", "plus"]))
     if form == "str":
         return format(d, "f")
