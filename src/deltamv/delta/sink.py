@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
@@ -249,34 +249,27 @@ class TableSink:
         return [by_path[f.path] for job in jobs for f in job.files]
 
     def _rewrite(self, jobs: Sequence[Rewrite], prefix: str, written: list[DataFile]) -> None:
-        """Each job's files rewritten with its change. Jobs held in memory run
-        :data:`REWRITE_THREADS` at a time (pyarrow reads, sorts and encodes Parquet
+        """Each job's files rewritten with its change, in key order. Jobs held in memory
+        run :data:`REWRITE_THREADS` at a time (pyarrow reads, sorts and encodes Parquet
         outside the GIL: a change at random keys of a large table rewrites many files);
         a job that streams its files runs alone, its memory bounded. Every file written
-        is in ``written`` even when a job fails; the first failing job's error is raised
-        (the jobs after it that had not started are dropped)."""
+        is in ``written`` even when a job fails; the first failing job in key order is
+        raised (jobs after it not started yet are dropped)."""
 
         def run(job: Rewrite) -> None:
             for contents in self._layout.rewrite(self._handle, job):
                 self._write_file(contents, prefix, written)
 
-        held = [job for job in jobs if not self._layout.streams(job)]
+        self._handle.filesystem()  # opened once, before threads share it
+        held: list[Rewrite] = []
         for job in jobs:
             if self._layout.streams(job):
+                _on_threads(run, held)
+                held = []
                 run(job)
-        if len(held) < 2 or REWRITE_THREADS < 2:
-            for job in held:
-                run(job)
-            return
-        self._handle.filesystem()  # opened once, before the threads share it
-        with ThreadPoolExecutor(REWRITE_THREADS, thread_name_prefix="deltamv-rewrite") as pool:
-            futures = [pool.submit(run, job) for job in held]
-            wait(futures, return_when=FIRST_EXCEPTION)
-            for future in futures:
-                future.cancel()  # (those not started yet; the pool waits for the rest)
-        for future in futures:
-            if not future.cancelled():
-                future.result()
+            else:
+                held.append(job)
+        _on_threads(run, held)
 
     def _write_file(self, contents: pa.Table, prefix: str, written: list[DataFile]) -> None:
         files = write_arrow(
@@ -369,6 +362,23 @@ class TableSink:
 # call: a failure there would come after the commit landed. The job checkpoints and
 # cleans the log itself (housekeeping.py, `checkpoint_interval`).
 _NO_HOOKS = PostCommitHookProperties(create_checkpoint=False, cleanup_expired_logs=False)
+
+
+def _on_threads(run: Callable[[Rewrite], None], jobs: Sequence[Rewrite]) -> None:
+    """``run`` of each of ``jobs`` on :data:`REWRITE_THREADS` threads; the first job's
+    failure, in their order, raised once every started job has ended."""
+    if len(jobs) < 2 or REWRITE_THREADS < 2:
+        for job in jobs:
+            run(job)
+        return
+    with ThreadPoolExecutor(REWRITE_THREADS, thread_name_prefix="deltamv-rewrite") as pool:
+        futures = [pool.submit(run, job) for job in jobs]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for future in futures:
+            future.cancel()  # (those not started yet; the pool waits for the rest)
+    for future in futures:
+        if not future.cancelled():
+            future.result()
 
 
 def _now_ms() -> int:
