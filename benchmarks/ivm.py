@@ -12,7 +12,8 @@ commit; the first micro-batch reads only the regions' headers), the run's start
 Shapes: global aggregate (``total_balance``), grouped aggregate (``balance_by_owner``,
 1000 owners), join (``transfer_owner``: each transfer with its sender's owner), an
 aggregate over the join (``moved_by_owner``), MIN/MAX per owner (``extremes_by_owner``)
-and COUNT(DISTINCT) per owner (``distinct_by_owner``).
+COUNT(DISTINCT) per owner (``distinct_by_owner``), and a window function: each sender's
+largest transfer (``top_transfer_per_sender``, a row_number per account).
 """
 
 from __future__ import annotations
@@ -81,6 +82,18 @@ EXTRA_VIEWS = {
         "SELECT MIN(balance * 100000000 + id) AS low, MAX(balance * 100000000 + id) AS high"
         " FROM accounts"
     ),
+    # window functions, recomputed per touched partition (kept since 2026-11-29; before,
+    # a recompute: "a window function"): each sender's largest transfer (a partition per
+    # account, a few rows each), and the three richest accounts per owner (1000 owners:
+    # at 1M accounts a batch touches most partitions of 1,000 rows)
+    "top_transfer_per_sender": (
+        "SELECT * FROM (SELECT id, from_id, amount, row_number() OVER (PARTITION BY from_id"
+        " ORDER BY amount DESC, id) AS rn FROM transfers) WHERE rn = 1"
+    ),
+    "richest_per_owner": (
+        "SELECT * FROM (SELECT owner, id, balance, rank() OVER (PARTITION BY owner"
+        " ORDER BY balance DESC) AS r FROM accounts) WHERE r <= 3"
+    ),
 }
 SHAPES = {
     "global aggregate": "total_balance",
@@ -90,6 +103,7 @@ SHAPES = {
     "MIN/MAX per group": "extremes_by_owner",
     "COUNT(DISTINCT) per group": "distinct_by_owner",
     "global MIN/MAX": "extremes_global",
+    "window, latest per key": "top_transfer_per_sender",
 }
 ALL_VIEWS = {**BANK_VIEWS, **JOIN_VIEWS}
 

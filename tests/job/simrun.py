@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import random
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,8 +36,9 @@ class SimJob:
     @classmethod
     def create(
         cls, tmp: Path, workload: str, *, seed: int, max_per_round: int = 4,
-        segments_per_batch: int = 1000, **sim: Any,
+        segments_per_batch: int = 1000, views: Mapping[str, str] | None = None, **sim: Any,
     ) -> SimJob:  # fmt: skip
+        """``views``: more views (name -> SQL) beside the workload's own."""
         run = tmp / "run"
         result = simulate(workload, run, seed=seed, **sim)
         job_dir = tmp / "job"
@@ -46,6 +49,8 @@ class SimJob:
             f'changelog = "changelog"\nmax_segments_per_batch = {segments_per_batch}',
         )
         text = text.replace('snapshot = "snapshot"', f'snapshot = "{run / "snapshot"}"')
+        for name, sql in (views or {}).items():
+            text += f'\n[views.{name}]\nsql = {json.dumps(sql)}\npath = "out/views/{name}"\n'
         (job_dir / "config.toml").write_text(text)
         segments = list_segments(str(run / "changelog"))
         job = cls(
@@ -69,9 +74,12 @@ class SimJob:
                 tmp.rename(target / Path(seg.path).name)
                 self.reference.feed_segment(region, seg.path)
 
-    def run_once(self, spark: Any) -> None:
-        ViewJob(self.config, spark).run(once=True)
+    def run_once(self, spark: Any) -> dict[str, str]:
+        """One run of the job; its views' modes."""
+        job = ViewJob(self.config, spark)
+        job.run(once=True)
         self.runs += 1
+        return job.modes
 
     def latest_watermarks(self) -> dict[str, int | None]:
         out = {}

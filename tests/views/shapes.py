@@ -200,13 +200,46 @@ SHAPES: dict[str, str] = {
     " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
     "global_join_agg": "SELECT COUNT(*) AS c, COUNT(a.id) AS matched FROM transfers t"
     " LEFT JOIN accounts a ON t.dst = a.id",
+    # window functions over the partitions a batch touched: the latest row per key
+    # (row_number over an order holding the primary key; a NULL owner is one partition;
+    # Spark puts a WindowGroupLimit under it), ties ranked alike, whole-partition and
+    # running aggregates (a RANGE frame counts tied dates together)
+    "latest_per_owner": "SELECT * FROM (SELECT id, owner, balance, row_number() OVER"
+    " (PARTITION BY owner ORDER BY balance DESC NULLS LAST, id) AS rn FROM accounts)"
+    " WHERE rn = 1",
+    "rank_top2": "SELECT * FROM (SELECT owner, id, balance, rank() OVER (PARTITION BY owner"
+    " ORDER BY balance DESC) AS r, dense_rank() OVER (PARTITION BY owner ORDER BY balance"
+    " DESC) AS dr FROM accounts) WHERE r <= 2",
+    "window_sums": "SELECT id, owner, SUM(balance) OVER (PARTITION BY owner) AS s,"
+    " COUNT(balance) OVER (PARTITION BY owner ORDER BY opened, region) AS running_n,"
+    " MAX(credit) OVER (PARTITION BY owner, region) AS top,"
+    " SUM(credit) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING"
+    " AND CURRENT ROW) AS running_credit FROM accounts",
+    # a window over a join, partitioned by a join key; an aggregate over a window
+    "join_rank": "SELECT t.id, t.src, a.owner, rank() OVER (PARTITION BY t.src ORDER BY"
+    " t.amount DESC) AS r FROM transfers t JOIN accounts a ON t.src = a.id",
+    "agg_over_window": "SELECT owner, COUNT(*) AS n, SUM(balance) AS s FROM (SELECT owner,"
+    " balance, dense_rank() OVER (PARTITION BY owner ORDER BY region) AS dr FROM accounts)"
+    " WHERE dr = 1 GROUP BY owner",
 }
 
 # name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
 RECOMPUTE: dict[str, tuple[str, str]] = {
     "window": (
-        "SELECT id, owner, SUM(balance) OVER (PARTITION BY owner) AS s FROM accounts",
-        "a window function",
+        "SELECT id, row_number() OVER (ORDER BY balance, id) AS rn FROM accounts",
+        "a window function without PARTITION BY",
+    ),
+    "window_lag": (
+        "SELECT id, lag(balance) OVER (PARTITION BY owner ORDER BY id) AS l FROM accounts",
+        "the window function Lag",
+    ),
+    "row_number_tied": (  # which of two tied rows comes first is Spark's row order
+        "SELECT id, row_number() OVER (PARTITION BY owner ORDER BY balance) AS rn FROM accounts",
+        "a window function that tells tied rows apart",
+    ),
+    "window_double": (
+        "SELECT id, rank() OVER (PARTITION BY owner ORDER BY rate) AS r FROM accounts",
+        "a window ordered by values of type double",
     ),
     "top3": (
         "SELECT id, balance FROM accounts ORDER BY balance DESC NULLS LAST, id LIMIT 3",

@@ -29,6 +29,8 @@ The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` it
   through an Expand, MIN or MAX of binary values) is recomputed
   for the groups the batch touched, from the input rows of those groups (looked up by
   the group key);
+- a window function is recomputed for the partitions the batch touched, likewise
+  (:mod:`.window`);
 - anything else is not maintained here: :class:`~deltamv.views.expr.Unsupported` names
   the reason and the view is recomputed by Spark.
 
@@ -258,6 +260,11 @@ class Op(abc.ABC):
         of one query each. ``rows`` None: no change."""
         return self.delta(b), "d"
 
+    def unique_keys(self) -> list[frozenset[int]]:
+        """Sets of output attribute ids known to hold different values in any two rows
+        (a source table's primary key, carried up), each one such key."""
+        return []
+
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         """The whole output (only for small operators)."""
         raise Unsupported("a full evaluation of this part of the plan")
@@ -352,6 +359,11 @@ class ScanOp(Op):
         # below ``upto`` a count is exact; from it on, more than the change can take
         return pc.greater(old, 0), pc.greater(pc.add(old, net), 0)
 
+    def unique_keys(self) -> list[frozenset[int]]:
+        ids = {a.name: a.id for a in self.output}
+        key = self.mirror.primary_key
+        return [frozenset(ids[c] for c in key)] if key and all(c in ids for c in key) else []
+
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
         raise Unsupported(f"a scan of the whole table {self.table}")
 
@@ -396,6 +408,9 @@ class FilterOp(Op):
 
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         return self.child.can_lookup(attrs)
+
+    def unique_keys(self) -> list[frozenset[int]]:
+        return self.child.unique_keys()
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
@@ -453,6 +468,13 @@ class ProjectOp(Op):
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         inner = self._inner(attrs)
         return inner is not None and self.child.can_lookup(inner)
+
+    def unique_keys(self) -> list[frozenset[int]]:
+        out: dict[int, list[int]] = {}
+        for attr_id, inner in self.passthrough.items():
+            out.setdefault(inner.id, []).append(attr_id)
+        return [frozenset(out[i][0] for i in key) for key in self.child.unique_keys()
+                if all(i in out for i in key)]  # fmt: skip
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
@@ -1942,6 +1964,15 @@ def compile_view(
                                f"{view}_{next(counter)}")  # fmt: skip
         if kind == "Union":  # (by position: the analyzer resolves UNION BY NAME to it)
             return UnionOp([build(c) for c in node.children], node.output)
+        if kind == "Window":
+            from deltamv.views.window import WindowOp  # (window.py builds on this module)
+
+            items = f.get("windowExpressions") or ()
+            child = build(node.children[0])
+            return WindowOp(child, list(zip(node.output[len(child.output):], items, strict=True)),
+                            f.get("partitionSpec") or (), f.get("orderSpec") or ())  # fmt: skip
+        if kind == "WindowGroupLimit":  # only drops rows early that a filter above drops
+            return build(node.children[0])
         if kind == "Expand":
             child = build(node.children[0])
             if not f.get("projections"):

@@ -1,0 +1,237 @@
+"""Window functions over partitions: the partitions a batch touched, evaluated again.
+
+A ``Window`` step of a view's plan (``row_number() OVER (PARTITION BY owner ORDER BY
+balance DESC, id)``, ``SUM(x) OVER (PARTITION BY k)``, ...) changes only in the
+partitions that hold a changed input row. Its change in a batch is, for those
+partitions, the window's rows over their input after the batch minus the same before:
+their input rows are looked up by the partition key (through the mirrors' indexes, as an
+aggregate's touched groups are), so a batch reads the rows of the partitions it touched,
+never the whole input.
+
+Maintained: ``row_number``, ``rank``, ``dense_rank``, and ``COUNT``, ``SUM`` (of exact
+numbers), ``MIN`` and ``MAX`` over the whole partition or a running frame from its
+start, partitioned by columns of the input and ordered by exact values. Each is checked
+to give one answer whatever the order of the input's rows: ``row_number`` and a frame
+of rows that ends (or starts) at the current row count tied rows apart, so their
+partition and order columns must hold a unique key of the input (a source table's
+primary key) or all of its columns. Anything else raises ``Unsupported``: Spark
+recomputes the view.
+
+Spark's optimizer puts a ``WindowGroupLimit`` under a rank-like window filtered to its
+first ranks (``WHERE rn <= 3``); it only drops rows early that the filter above drops,
+so it is read as its input (``compile_view``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import pyarrow as pa
+
+from deltamv.views.expr import Unsupported, decimal_of, duck_type, result_type, sql
+from deltamv.views.ivm import (
+    Batch,
+    Op,
+    W,
+    _col,
+    _key_attr,
+    _matches,
+    concat,
+    conform,
+    consolidate,
+    empty,
+    negate,
+)
+from deltamv.views.plan import Attr, Expr, short_class
+
+__all__ = ["WindowOp"]
+
+_RANKS = {"RowNumber": "row_number()", "Rank": "rank()", "DenseRank": "dense_rank()"}
+_AGGREGATES = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max"}
+_BOUNDS = {
+    "UnboundedPreceding": "UNBOUNDED PRECEDING",
+    "CurrentRow": "CURRENT ROW",
+    "UnboundedFollowing": "UNBOUNDED FOLLOWING",
+}
+# Types ordered and grouped alike by Spark and DuckDB (floating-point values are not:
+# Spark orders NaN above infinity and -0.0 as 0.0).
+_ORDERED = {"boolean", "byte", "short", "integer", "long", "string", "date", "timestamp",
+            "timestamp_ntz"}  # fmt: skip
+
+
+def _object(value: object) -> str:
+    """The short name of a Scala object field (``{"object": "...Descending$"}``)."""
+    name = value.get("object", "") if isinstance(value, dict) else str(value)
+    return short_class(str(name)).rstrip("$")
+
+
+def _check_ordered(e: Expr, what: str) -> None:
+    t = result_type(e)
+    if not (t in _ORDERED or decimal_of(t) is not None or str(t).startswith(("char(", "varchar("))):
+        raise Unsupported(f"a window {what} values of type {t}")
+
+
+class WindowOp(Op):
+    """One ``Window`` step: its functions share one partitioning and order (the module
+    doc)."""
+
+    consolidated = True
+
+    def __init__(self, child: Op, items: Sequence[tuple[Attr, Expr]],
+                 partition: Sequence[Expr], order: Sequence[Expr]) -> None:  # fmt: skip
+        self.child = child
+        self.items = tuple(items)
+        self.output = (*child.output, *(a for a, _ in items))
+        self.tables = child.tables
+        if not partition:
+            raise Unsupported("a window function without PARTITION BY")
+        refs = [_key_attr(p, child.output) for p in partition]
+        if any(r is None for r in refs):
+            raise Unsupported("a window partitioned by a computed value")
+        self.refs: list[Attr] = [r for r in refs if r is not None]
+        for p in partition:
+            _check_ordered(p, "partitioned by")
+        keys = []
+        for o in order:
+            if o.kind != "SortOrder":
+                raise Unsupported(f"a window ordered by {o.kind}")
+            _check_ordered(o.children[0], "ordered by")
+            direction = "DESC" if _object(o.fields.get("direction")) == "Descending" else "ASC"
+            nulls = "FIRST" if _object(o.fields.get("nullOrdering")) == "NullsFirst" else "LAST"
+            keys.append(f"{sql(o.children[0], _col)} {direction} NULLS {nulls}")
+        over = f"PARTITION BY {', '.join(_col(r.id) for r in self.refs)}"
+        over += f" ORDER BY {', '.join(keys)}" if keys else ""
+        # Whether rows tied in partition and order are told apart by the functions.
+        spanned = {r.id for r in self.refs} | {
+            a.id for o in order if (a := o.children[0].attr()) is not None
+        }
+        unique = any(key <= spanned for key in child.unique_keys()) or all(
+            a.id in spanned for a in child.output
+        )
+        self.columns = []
+        for attr, e in items:
+            inner = e.children[0] if e.kind == "Alias" else e
+            if inner.kind != "WindowExpression":
+                raise Unsupported(f"a window of {inner.kind}")
+            function, spec = inner.children[0], inner.children[1]
+            text, by_row = self._function(function, spec)
+            if by_row and not unique:
+                raise Unsupported(
+                    "a window function that tells tied rows apart (row_number, a frame of"
+                    " ROWS) over an order that does not hold a unique key of its input"
+                )
+            self.columns.append(f'CAST({text} OVER ({over}{self._frame(function, spec)})'
+                                f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
+        if not child.can_lookup(self.refs):  # (and asks for the index on them)
+            raise Unsupported("a window whose partitions cannot be looked up in its input")
+
+    @staticmethod
+    def _function(function: Expr, spec: Expr) -> tuple[str, bool]:
+        """The function's SQL, and whether it tells tied rows apart."""
+        kind = function.kind
+        if kind in _RANKS:
+            return _RANKS[kind], kind == "RowNumber"
+        if kind != "AggregateExpression":
+            raise Unsupported(f"the window function {kind}")
+        if function.fields.get("isDistinct"):
+            raise Unsupported("a DISTINCT aggregate in a window")
+        call = function.children[0]
+        if call.kind not in _AGGREGATES:
+            raise Unsupported(f"the window function {call.kind}")
+        if len(function.children) > 1:
+            raise Unsupported("an aggregate with a FILTER in a window")
+        args = [sql(a, _col) for a in call.children]
+        if call.kind == "Count":
+            if len(args) != 1:
+                present = " AND ".join(f"({a}) IS NOT NULL" for a in args)
+                args = [f"CASE WHEN {present} THEN 1 END"]
+        else:
+            t = result_type(call.children[0])
+            if t in ("float", "double"):
+                raise Unsupported(f"{call.kind.upper()} of {t} values in a window")
+        frame = spec.children[-1]
+        by_row = (frame.kind == "SpecifiedWindowFrame"
+                  and _object(frame.fields.get("frameType")) == "RowFrame"
+                  and any(short_class(b.kind).rstrip("$") == "CurrentRow"
+                          for b in frame.children))  # fmt: skip
+        return f"{_AGGREGATES[call.kind]}({args[0]})", by_row
+
+    @staticmethod
+    def _frame(function: Expr, spec: Expr) -> str:
+        if function.kind in _RANKS:
+            return ""  # (a ranking function has no frame of its own)
+        frame = spec.children[-1]
+        if frame.kind != "SpecifiedWindowFrame":
+            raise Unsupported(f"a window frame {frame.kind}")
+        bounds = [_BOUNDS.get(short_class(b.kind).rstrip("$")) for b in frame.children]
+        if len(bounds) != 2 or None in bounds or bounds[0] == "UNBOUNDED FOLLOWING":
+            raise Unsupported("a window frame with an offset")
+        kind = "ROWS" if _object(frame.fields.get("frameType")) == "RowFrame" else "RANGE"
+        return f" {kind} BETWEEN {bounds[0]} AND {bounds[1]}"
+
+    def children(self) -> tuple[Op, ...]:
+        return (self.child,)
+
+    def _sql(self, source: str) -> str:
+        """The window over ``source``'s rows, a row each for each copy (weights expanded)."""
+        expanded = f'(SELECT d.* FROM {source} d, generate_series(1, d."{W}") AS _r(_i))'
+        head = ", ".join(f'"{a.col}"' for a in self.child.output)
+        return (f"SELECT {head}, {', '.join(self.columns)}, CAST(1 AS BIGINT) AS \"{W}\""
+                f" FROM {expanded}")  # fmt: skip
+
+    def _evaluate(self, b: Batch, rows: pa.Table) -> pa.Table:
+        if rows.num_rows == 0:
+            return empty(self.output)
+        return conform(b.compute.query(self._sql("d"), d=rows), self.output)
+
+    def delta(self, b: Batch) -> pa.Table | None:
+        key = (id(self), "delta")
+        if key not in b.cache:
+            b.cache[key] = None
+            rows, relation = self.child.stream(b)
+            if rows is not None and rows.num_rows:
+                keys = b.compute.query(
+                    f"SELECT DISTINCT {', '.join(_col(r.id) for r in self.refs)} FROM {relation}",
+                    d=rows,
+                )
+                flags = [True] * len(self.refs)
+                before = self.child.lookup(b, self.refs, keys, new=False, null_safe=flags)
+                after = self.child.lookup(b, self.refs, keys, new=True, null_safe=flags)
+                b.cache[key] = consolidate(b.compute, concat(
+                    [self._evaluate(b, after), negate(self._evaluate(b, before))], self.output))  # fmt: skip
+        return b.cache[key]
+
+    def _partition_attrs(self, attrs: Sequence[Attr]) -> list[Attr]:
+        """The attributes among ``attrs`` that partition this window."""
+        ids = {r.id for r in self.refs}
+        return [a for a in attrs if a.id in ids]
+
+    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+        # rows looked up by partition columns are whole partitions; other columns of
+        # the key (a window partitioned by fewer, below another) filter them after
+        inner = self._partition_attrs(attrs)
+        return bool(inner) and self.child.can_lookup(inner)
+
+    def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
+               null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
+        inner = self._partition_attrs(attrs)
+        if not inner:
+            raise Unsupported("a lookup into a window by other than its partition columns")
+        if len(inner) == len(attrs):
+            rows = self.child.lookup(b, attrs, keys, new=new, null_safe=null_safe)
+            return self._evaluate(b, rows)
+        ids = {a.id for a in inner}
+        flags = [ns for a, ns in zip(attrs, null_safe, strict=True) if a.id in ids]
+        names = [keys.column_names[i] for i, a in enumerate(attrs) if a.id in ids]
+        wanted = keys.select(names).group_by(names).aggregate([])
+        rows = self._evaluate(b, self.child.lookup(b, inner, wanted, new=new, null_safe=flags))
+        on = _matches(keys, [a.col for a in attrs], null_safe, "d")
+        return conform(b.compute.query(
+            f"SELECT d.* FROM d WHERE EXISTS (SELECT 1 FROM k WHERE {on})", d=rows, k=keys),
+            self.output)  # fmt: skip
+
+    def unique_keys(self) -> list[frozenset[int]]:
+        return self.child.unique_keys()
+
+    def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
+        return self._sql(f"({self.child.full_sql(base)})")
