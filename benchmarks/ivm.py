@@ -85,14 +85,15 @@ EXTRA_VIEWS = {
     # window functions, recomputed per touched partition (kept since 2026-11-29; before,
     # a recompute: "a window function"): each sender's largest transfer (a partition per
     # account, a few rows each), and the three richest accounts per owner (1000 owners:
-    # at 1M accounts a batch touches most partitions of 1,000 rows)
+    # at 1M accounts a batch touches most partitions of 1,000 rows; ranked by row_number
+    # with the id: most accounts hold the initial balance, so a rank() would keep them all)
     "top_transfer_per_sender": (
         "SELECT * FROM (SELECT id, from_id, amount, row_number() OVER (PARTITION BY from_id"
         " ORDER BY amount DESC, id) AS rn FROM transfers) WHERE rn = 1"
     ),
     "richest_per_owner": (
-        "SELECT * FROM (SELECT owner, id, balance, rank() OVER (PARTITION BY owner"
-        " ORDER BY balance DESC) AS r FROM accounts) WHERE r <= 3"
+        "SELECT * FROM (SELECT owner, id, balance, row_number() OVER (PARTITION BY owner"
+        " ORDER BY balance DESC, id) AS rn FROM accounts) WHERE rn <= 3"
     ),
 }
 SHAPES = {

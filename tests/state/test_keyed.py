@@ -211,3 +211,33 @@ def test_rows_inserted_in_parts_are_indexed_once_at_the_end() -> None:
         table.insert(ROWS.slice(3))
     assert _indexes(table) == made
     assert values(table.lookup(["a"], keys(a=[1]))) == [1.0, 2.0]
+
+
+def test_top_gives_a_partitions_first_rows_in_order_with_every_row_tied_with_the_last() -> None:
+    """The first rows of a partition (NULL matching NULL) in the order asked, through an
+    index in that order (a descending column), and every row tied with the last one."""
+    schema = pa.schema([("p", pa.string()), ("s", pa.int64()), ("id", pa.int64())])
+    keyed = KeyedTable(sqlite3.connect(":memory:"), "t", schema,
+                       indexes=[["p", keyed_module.descending("s"), "id"]])  # fmt: skip
+    keyed.insert(pa.table(
+        {"p": ["a", "a", "a", "a", "a", "b", None, None],
+         "s": [5, 9, 5, None, 5, 9, 1, 2],
+         "id": [1, 2, 3, 4, 5, 6, 7, 8]}, schema=schema))  # fmt: skip
+    plan = keyed.db.execute(
+        "EXPLAIN QUERY PLAN SELECT * FROM t WHERE p = 'a' ORDER BY s DESC NULLS LAST, id LIMIT 2"
+    ).fetchall()
+    assert "TEMP B-TREE" not in str(plan)  # (read from the index, not sorted)
+
+    def top(p: str | None, order: list[tuple[str, bool, bool]], limit: int) -> list[int]:
+        key = pa.table({"p": pa.array([p], pa.string())})
+        return keyed.top(["p"], key, order, limit).column("id").to_pylist()
+
+    by_score = [("s", True, False)]  # s DESC NULLS LAST
+    assert top("a", by_score, 1) == [2]
+    assert sorted(top("a", by_score, 2)) == [1, 2, 3, 5]  # the three tied at 5
+    assert top("a", [*by_score, ("id", False, True)], 2) == [2, 1]  # no tie: two rows
+    assert top("a", [("s", False, True)], 1) == [4]  # s ASC NULLS FIRST
+    assert sorted(top("a", by_score, 9)) == [1, 2, 3, 4, 5]  # a limit past its rows: all
+    assert top(None, [("s", False, False)], 1) == [7]
+    assert top("c", by_score, 3) == []
+    assert top("a", by_score, 0) == []

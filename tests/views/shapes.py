@@ -215,6 +215,15 @@ SHAPES: dict[str, str] = {
     " MAX(credit) OVER (PARTITION BY owner, region) AS top,"
     " SUM(credit) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING"
     " AND CURRENT ROW) AS running_credit FROM accounts",
+    # the first ranks read from the mirror's index, by a date and a string (NULLs placed
+    # as asked, ties across the limit); behind a filter, whole partitions are read
+    "first_opened": "SELECT * FROM (SELECT region, id, owner, opened, rank() OVER"
+    " (PARTITION BY region ORDER BY opened ASC NULLS LAST, owner DESC NULLS FIRST) AS r"
+    " FROM accounts) WHERE r <= 2",
+    "ties_at_the_limit": "SELECT * FROM (SELECT active, id, region, rank() OVER (PARTITION"
+    " BY active ORDER BY region DESC) AS r FROM accounts) WHERE r <= 1",
+    "top_active": "SELECT * FROM (SELECT owner, id, balance, row_number() OVER (PARTITION"
+    " BY owner ORDER BY balance, id DESC) AS rn FROM accounts WHERE active) WHERE rn <= 2",
     # a window over a join, partitioned by a join key; an aggregate over a window
     "join_rank": "SELECT t.id, t.src, a.owner, rank() OVER (PARTITION BY t.src ORDER BY"
     " t.amount DESC) AS r FROM transfers t JOIN accounts a ON t.src = a.id",

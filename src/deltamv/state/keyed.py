@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from deltamv.errors import StateError
 from deltamv.state.codec import from_rows, normalise_floats, sql_type, to_rows
 
-__all__ = ["KEY", "ROWID", "KeyedTable", "Mirror", "mirror_schema"]
+__all__ = ["KEY", "ROWID", "KeyedTable", "Mirror", "descending", "mirror_schema"]
 
 KEY = "_key"
 ROWID = "__rowid"
@@ -38,6 +38,22 @@ _INDEXES_AFTER = 10_000
 def quote_name(name: str) -> str:
     """A table or column name quoted for SQLite."""
     return '"' + name.replace('"', '""') + '"'
+
+
+_DESC = "\0desc"  # (no SQL name holds a NUL)
+
+
+def descending(column: str) -> str:
+    """``column`` as a column of an index in descending order (:meth:`KeyedTable.
+    ensure_index`), so that a query ordered by it descending and by the next ascending
+    reads the index in one direction."""
+    return column + _DESC
+
+
+def _index_column(column: str) -> str:
+    if column.endswith(_DESC):
+        return quote_name(column[: -len(_DESC)]) + " DESC"
+    return quote_name(column)
 
 
 class KeyedTable:
@@ -91,7 +107,7 @@ class KeyedTable:
         name = self._index_name(columns, non_null, unique)
         self.db.execute(
             f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS {quote_name(name)}"
-            f" ON {quote_name(self.name)} ({', '.join(quote_name(c) for c in columns)})"
+            f" ON {quote_name(self.name)} ({', '.join(_index_column(c) for c in columns)})"
             + (
                 " WHERE " + " AND ".join(f"{quote_name(c)} IS NOT NULL" for c in columns)
                 if non_null
@@ -363,6 +379,39 @@ class KeyedTable:
             f" ORDER BY {quote_name(order)}{' DESC' if descending else ''} LIMIT ?",
             [*(v for v in values if v is not None), limit],
         ).fetchall()
+        return from_rows(rows, pa.schema([(ROWID, pa.int64()), *self.schema]))
+
+    def top(self, columns: Sequence[str], key: pa.Table,
+            order: Sequence[tuple[str, bool, bool]], limit: int) -> pa.Table:  # fmt: skip
+        """The first ``limit`` rows by ``order`` (``(column, descending, nulls first)``
+        each) among those whose ``columns`` equal ``key``'s one row (NULL matching
+        NULL), and every row tied in ``order`` with the last of them: each row returned
+        comes with every row ordered before it. The columns of ``order`` must be stored
+        in their order (integers, dates, timestamps, booleans, strings: not decimals or
+        floats). Uses the index on ``columns``."""
+        values = to_rows(key.select(columns))[0] if columns else ()
+        where = [f"{quote_name(c)} IS NULL" if v is None else f"{quote_name(c)} = ?"
+                 for c, v in zip(columns, values, strict=True)]  # fmt: skip
+        params = [v for v in values if v is not None]
+        names = self.schema.names
+        cols = ", ".join(quote_name(n) for n in names)
+        table = quote_name(self.name)
+        by = ", ".join(f"{quote_name(c)} {'DESC' if desc else 'ASC'}"
+                       f" NULLS {'FIRST' if first else 'LAST'}" for c, desc, first in order)  # fmt: skip
+        cond = " AND ".join(where) or "TRUE"
+        rows = self.db.execute(
+            f"SELECT rowid, {cols} FROM {table} WHERE {cond} ORDER BY {by} LIMIT ?",
+            [*params, limit],
+        ).fetchall()
+        if limit and len(rows) == limit and order:
+            last = rows[-1]
+            tied = " AND ".join(f"{quote_name(c)} IS ?" for c, _, _ in order)
+            seen = {r[0] for r in rows}
+            more = self.db.execute(
+                f"SELECT rowid, {cols} FROM {table} WHERE {cond} AND {tied}",
+                [*params, *(last[1 + names.index(c)] for c, _, _ in order)],
+            ).fetchall()
+            rows += [r for r in more if r[0] not in seen]
         return from_rows(rows, pa.schema([(ROWID, pa.int64()), *self.schema]))
 
     def scan(

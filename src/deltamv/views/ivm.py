@@ -1968,9 +1968,18 @@ def compile_view(
             from deltamv.views.window import WindowOp  # (window.py builds on this module)
 
             items = f.get("windowExpressions") or ()
-            child = build(node.children[0])
+            below = node.children[0]
+            limit = None
+            if below.kind == "WindowGroupLimit" and (
+                below.fields.get("partitionSpec") == f.get("partitionSpec")
+                and below.fields.get("orderSpec") == f.get("orderSpec")
+            ):
+                rank = below.fields.get("rankLikeFunction")
+                if isinstance(rank, Expr) and isinstance(below.fields.get("limit"), int):
+                    limit = (rank.kind, int(below.fields["limit"]))
+            child = build(below)
             return WindowOp(child, list(zip(node.output[len(child.output):], items, strict=True)),
-                            f.get("partitionSpec") or (), f.get("orderSpec") or ())  # fmt: skip
+                            f.get("partitionSpec") or (), f.get("orderSpec") or (), limit)  # fmt: skip
         if kind == "WindowGroupLimit":  # only drops rows early that a filter above drops
             return build(node.children[0])
         if kind == "Expand":

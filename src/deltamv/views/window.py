@@ -25,13 +25,18 @@ so it is read as its input (``compile_view``).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from deltamv.state.keyed import ROWID, descending
 from deltamv.views.expr import Unsupported, decimal_of, duck_type, result_type, sql
 from deltamv.views.ivm import (
     Batch,
     Op,
+    ProjectOp,
+    ScanOp,
     W,
     _col,
     _key_attr,
@@ -55,6 +60,9 @@ _BOUNDS = {
 }
 # Types ordered and grouped alike by Spark and DuckDB (floating-point values are not:
 # Spark orders NaN above infinity and -0.0 as 0.0).
+# Types the state stores as values in their own order (integers; strings as UTF-8 text).
+_STORED_IN_ORDER = {"boolean", "byte", "short", "integer", "long", "string", "date",
+                    "timestamp", "timestamp_ntz"}  # fmt: skip
 _ORDERED = {"boolean", "byte", "short", "integer", "long", "string", "date", "timestamp",
             "timestamp_ntz"}  # fmt: skip
 
@@ -71,6 +79,17 @@ def _check_ordered(e: Expr, what: str) -> None:
         raise Unsupported(f"a window {what} values of type {t}")
 
 
+@dataclass(frozen=True)
+class _Prefix:
+    """Where a step that keeps only its first ranks reads its partitions' first rows: a
+    table's mirror, by the partition's columns there, in the window's order."""
+
+    scan: ScanOp
+    projections: list[ProjectOp]  # from the scan up
+    partition: list[str]  # the mirror's columns
+    order: list[tuple[str, bool, bool]]  # (column, descending, nulls first)
+
+
 class WindowOp(Op):
     """One ``Window`` step: its functions share one partitioning and order (the module
     doc)."""
@@ -78,7 +97,11 @@ class WindowOp(Op):
     consolidated = True
 
     def __init__(self, child: Op, items: Sequence[tuple[Attr, Expr]],
-                 partition: Sequence[Expr], order: Sequence[Expr]) -> None:  # fmt: skip
+                 partition: Sequence[Expr], order: Sequence[Expr],
+                 limit: tuple[str, int] | None = None) -> None:  # fmt: skip
+        """``limit``: Spark's ``WindowGroupLimit`` below the step, ``(function, n)``:
+        only rows whose ``row_number``, ``rank`` or ``dense_rank`` is at most ``n``
+        matter (a filter above drops the others)."""
         self.child = child
         self.items = tuple(items)
         self.output = (*child.output, *(a for a, _ in items))
@@ -101,6 +124,10 @@ class WindowOp(Op):
             keys.append(f"{sql(o.children[0], _col)} {direction} NULLS {nulls}")
         over = f"PARTITION BY {', '.join(_col(r.id) for r in self.refs)}"
         over += f" ORDER BY {', '.join(keys)}" if keys else ""
+        self.limit = limit if limit is not None and limit[0] in _RANKS else None
+        self.qualify = (f" QUALIFY {_RANKS[self.limit[0]]} OVER ({over}) <= {self.limit[1]}"
+                        if self.limit is not None else "")  # fmt: skip
+        self.prefix = self._prefix_plan(order)
         # Whether rows tied in partition and order are told apart by the functions.
         spanned = {r.id for r in self.refs} | {
             a.id for o in order if (a := o.children[0].attr()) is not None
@@ -124,6 +151,41 @@ class WindowOp(Op):
                                 f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
         if not child.can_lookup(self.refs):  # (and asks for the index on them)
             raise Unsupported("a window whose partitions cannot be looked up in its input")
+
+    def _prefix_plan(self, order: Sequence[Expr]) -> _Prefix | None:
+        """How to read only each touched partition's first rows, where the step keeps
+        only its first ranks (``limit``: ``row_number`` or ``rank``) and its input is a
+        table's rows through projections of plain columns, ordered by columns stored in
+        their order; else None (whole partitions are read)."""
+        if self.limit is None or self.limit[0] == "DenseRank" or not order:
+            return None  # (a dense rank's first ranks may hold any number of rows)
+        projections: list[ProjectOp] = []
+        op = self.child
+        while isinstance(op, ProjectOp):
+            projections.append(op)
+            op = op.child
+        if not isinstance(op, ScanOp):
+            return None
+        attrs = [*self.refs, *(o.children[0].attr() for o in order)]
+        if any(a is None for a in attrs):
+            return None
+        inner: list[Attr] | None = [a for a in attrs if a is not None]
+        for projection in projections:
+            inner = projection._inner(inner) if inner is not None else None
+        if inner is None:
+            return None
+        if any(result_type(o.children[0]) not in _STORED_IN_ORDER
+               and not str(result_type(o.children[0])).startswith(("char(", "varchar("))
+               for o in order):  # fmt: skip
+            return None
+        names = [a.name for a in inner]
+        spec = [(name, _object(o.fields.get("direction")) == "Descending",
+                 _object(o.fields.get("nullOrdering")) == "NullsFirst")
+                for name, o in zip(names[len(self.refs):], order, strict=True)]  # fmt: skip
+        # (an index in the window's order: a partition's first rows are its first entries)
+        op.indexes.add((*names[: len(self.refs)],
+                        *(descending(name) if desc else name for name, desc, _ in spec)))  # fmt: skip
+        return _Prefix(op, list(reversed(projections)), names[: len(self.refs)], spec)
 
     @staticmethod
     def _function(function: Expr, spec: Expr) -> tuple[str, bool]:
@@ -177,7 +239,7 @@ class WindowOp(Op):
         expanded = f'(SELECT d.* FROM {source} d, generate_series(1, d."{W}") AS _r(_i))'
         head = ", ".join(f'"{a.col}"' for a in self.child.output)
         return (f"SELECT {head}, {', '.join(self.columns)}, CAST(1 AS BIGINT) AS \"{W}\""
-                f" FROM {expanded}")  # fmt: skip
+                f" FROM {expanded}{self.qualify}")  # fmt: skip
 
     def _evaluate(self, b: Batch, rows: pa.Table) -> pa.Table:
         if rows.num_rows == 0:
@@ -195,11 +257,52 @@ class WindowOp(Op):
                     d=rows,
                 )
                 flags = [True] * len(self.refs)
-                before = self.child.lookup(b, self.refs, keys, new=False, null_safe=flags)
-                after = self.child.lookup(b, self.refs, keys, new=True, null_safe=flags)
+                if self.prefix is not None:
+                    before, after = self._prefixes(b, keys)
+                else:
+                    before = self.child.lookup(b, self.refs, keys, new=False, null_safe=flags)
+                    after = self.child.lookup(b, self.refs, keys, new=True, null_safe=flags)
                 b.cache[key] = consolidate(b.compute, concat(
                     [self._evaluate(b, after), negate(self._evaluate(b, before))], self.output))  # fmt: skip
         return b.cache[key]
+
+    def _prefixes(self, b: Batch, keys: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """The input rows of the touched partitions (``keys``) that can hold the first
+        ranks, before and after the batch. Before: per partition, the first ``n + d``
+        rows in the window's order and every row tied with the last (``n`` the limit,
+        ``d`` the rows the batch takes from the partition), so each row comes with all
+        rows ordered before it and its rank is exact. After: those plus the batch's
+        change; a row taken away from beyond them is no row of theirs, and a row added
+        beyond them ranks after at least ``n`` of them, so past the limit."""
+        assert self.prefix is not None and self.limit is not None
+        prefix = self.prefix
+        change = self.child.delta(b)
+        refs = [_col(r.id) for r in self.refs]
+        taken: dict[tuple[object, ...], int] = {}
+        if change is not None and change.num_rows:
+            removed = b.compute.query(
+                f"SELECT {', '.join(refs)}, CAST(sum(-\"{W}\") AS BIGINT) AS \"_d\" FROM d"
+                f" WHERE \"{W}\" < 0 GROUP BY ALL", d=change)  # fmt: skip
+            for row in removed.to_pylist():
+                taken[tuple(row[c.strip('"')] for c in refs)] = int(row["_d"])
+        named = keys.rename_columns(prefix.partition)
+        found = []
+        for i, row in enumerate(keys.select([c.strip('"') for c in refs]).to_pylist()):
+            extra = taken.get(tuple(row.values()), 0)
+            rows = prefix.scan.mirror.top(prefix.partition, named.slice(i, 1), prefix.order,
+                                          self.limit[1] + extra)  # fmt: skip
+            if rows.num_rows:
+                found.append(rows.drop_columns([ROWID]))
+        if found:
+            before = conform(prefix.scan._named(pa.concat_tables(found)), prefix.scan.output)
+            for projection in prefix.projections:
+                before = projection._apply(b, before) or empty(projection.output)
+        else:
+            before = empty(self.child.output)
+        after = consolidate(b.compute, concat([before, change], self.child.output))
+        if after is None:
+            return before, empty(self.child.output)
+        return before, after.filter(pc.greater(after.column(W), 0))
 
     def _partition_attrs(self, attrs: Sequence[Attr]) -> list[Attr]:
         """The attributes among ``attrs`` that partition this window."""
