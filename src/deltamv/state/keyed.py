@@ -17,6 +17,7 @@ import functools
 import hashlib
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -381,37 +382,45 @@ class KeyedTable:
         ).fetchall()
         return from_rows(rows, pa.schema([(ROWID, pa.int64()), *self.schema]))
 
-    def top(self, columns: Sequence[str], key: pa.Table,
-            order: Sequence[tuple[str, bool, bool]], limit: int) -> pa.Table:  # fmt: skip
-        """The first ``limit`` rows by ``order`` (``(column, descending, nulls first)``
-        each) among those whose ``columns`` equal ``key``'s one row (NULL matching
-        NULL), and every row tied in ``order`` with the last of them: each row returned
-        comes with every row ordered before it. The columns of ``order`` must be stored
-        in their order (integers, dates, timestamps, booleans, strings: not decimals or
-        floats). Uses the index on ``columns``."""
-        values = to_rows(key.select(columns))[0] if columns else ()
-        where = [f"{quote_name(c)} IS NULL" if v is None else f"{quote_name(c)} = ?"
-                 for c, v in zip(columns, values, strict=True)]  # fmt: skip
-        params = [v for v in values if v is not None]
+    def top(self, columns: Sequence[str], keys: pa.Table, limits: Sequence[int],
+            order: Sequence[tuple[str, bool, bool]], *, ties: bool) -> pa.Table:  # fmt: skip
+        """For each row of ``keys``, the first rows (as many as its ``limits`` entry) by
+        ``order`` (``(column, descending, nulls first)`` each) among those whose
+        ``columns`` equal it (NULL matching NULL); with ``ties``, also every row tied in
+        ``order`` with the last of them, so that each row returned comes with every row
+        ordered before it. The columns of ``order`` must be stored in their order
+        (integers, dates, timestamps, booleans, strings: not decimals or floats). One
+        indexed query a key: an index on ``columns`` then ``order``'s columns, each in
+        its direction (:func:`descending`), reads only the rows returned."""
         names = self.schema.names
         cols = ", ".join(quote_name(n) for n in names)
         table = quote_name(self.name)
         by = ", ".join(f"{quote_name(c)} {'DESC' if desc else 'ASC'}"
                        f" NULLS {'FIRST' if first else 'LAST'}" for c, desc, first in order)  # fmt: skip
-        cond = " AND ".join(where) or "TRUE"
-        rows = self.db.execute(
-            f"SELECT rowid, {cols} FROM {table} WHERE {cond} ORDER BY {by} LIMIT ?",
-            [*params, limit],
-        ).fetchall()
-        if limit and len(rows) == limit and order:
-            last = rows[-1]
-            tied = " AND ".join(f"{quote_name(c)} IS ?" for c, _, _ in order)
-            seen = {r[0] for r in rows}
-            more = self.db.execute(
-                f"SELECT rowid, {cols} FROM {table} WHERE {cond} AND {tied}",
-                [*params, *(last[1 + names.index(c)] for c, _, _ in order)],
-            ).fetchall()
-            rows += [r for r in more if r[0] not in seen]
+        tied = " AND ".join(f"{quote_name(c)} IS ?" for c, _, _ in order)
+        at = [1 + names.index(c) for c, _, _ in order]
+        queries: dict[tuple[bool, ...], tuple[str, str]] = {}  # by which key values are NULL
+        rows: list[Any] = []
+        for values, limit in zip(to_rows(keys.select(columns)), limits, strict=True):
+            if limit <= 0:
+                continue
+            nulls = tuple(v is None for v in values)
+            if nulls not in queries:
+                cond = " AND ".join(f"{quote_name(c)} IS NULL" if null else f"{quote_name(c)} = ?"
+                                    for c, null in zip(columns, nulls, strict=True)) or "TRUE"  # fmt: skip
+                queries[nulls] = (
+                    f"SELECT rowid, {cols} FROM {table} WHERE {cond} ORDER BY {by} LIMIT ?",
+                    f"SELECT rowid, {cols} FROM {table} WHERE {cond} AND {tied}",
+                )
+            first, more = queries[nulls]
+            params = [v for v in values if v is not None]
+            found = self.db.execute(first, [*params, limit]).fetchall()
+            if ties and order and len(found) == limit:
+                seen = {r[0] for r in found}
+                last = found[-1]
+                found += [r for r in self.db.execute(more, [*params, *(last[i] for i in at)])
+                          if r[0] not in seen]  # fmt: skip
+            rows += found
         return from_rows(rows, pa.schema([(ROWID, pa.int64()), *self.schema]))
 
     def scan(

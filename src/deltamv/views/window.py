@@ -285,20 +285,14 @@ class WindowOp(Op):
                 f" WHERE \"{W}\" < 0 GROUP BY ALL", d=change)  # fmt: skip
             for row in removed.to_pylist():
                 taken[tuple(row[c.strip('"')] for c in refs)] = int(row["_d"])
-        named = keys.rename_columns(prefix.partition)
-        found = []
-        for i, row in enumerate(keys.select([c.strip('"') for c in refs]).to_pylist()):
-            extra = taken.get(tuple(row.values()), 0)
-            rows = prefix.scan.mirror.top(prefix.partition, named.slice(i, 1), prefix.order,
-                                          self.limit[1] + extra)  # fmt: skip
-            if rows.num_rows:
-                found.append(rows.drop_columns([ROWID]))
-        if found:
-            before = conform(prefix.scan._named(pa.concat_tables(found)), prefix.scan.output)
-            for projection in prefix.projections:
-                before = projection._apply(b, before) or empty(projection.output)
-        else:
-            before = empty(self.child.output)
+        limits = [self.limit[1] + taken.get(tuple(row.values()), 0)
+                  for row in keys.select([c.strip('"') for c in refs]).to_pylist()]  # fmt: skip
+        # (row_number's order holds a unique key, or tied rows are equal: no ties to add)
+        found = prefix.scan.mirror.top(prefix.partition, keys.rename_columns(prefix.partition),
+                                       limits, prefix.order, ties=self.limit[0] == "Rank")  # fmt: skip
+        before = conform(prefix.scan._named(found.drop_columns([ROWID])), prefix.scan.output)
+        for projection in prefix.projections:
+            before = projection._apply(b, before) or empty(projection.output)
         after = consolidate(b.compute, concat([before, change], self.child.output))
         if after is None:
             return before, empty(self.child.output)
