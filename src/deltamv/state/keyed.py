@@ -19,6 +19,7 @@ import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -384,44 +385,80 @@ class KeyedTable:
 
     def top(self, columns: Sequence[str], keys: pa.Table, limits: Sequence[int],
             order: Sequence[tuple[str, bool, bool]], *, ties: bool) -> pa.Table:  # fmt: skip
-        """For each row of ``keys``, the first rows (as many as its ``limits`` entry) by
-        ``order`` (``(column, descending, nulls first)`` each) among those whose
-        ``columns`` equal it (NULL matching NULL); with ``ties``, also every row tied in
-        ``order`` with the last of them, so that each row returned comes with every row
-        ordered before it. The columns of ``order`` must be stored in their order
-        (integers, dates, timestamps, booleans, strings: not decimals or floats). One
-        indexed query a key: an index on ``columns`` then ``order``'s columns, each in
+        """For each row of ``keys``, its first rows by ``order`` (``(column, descending,
+        nulls first)`` each) among those whose ``columns`` equal it (NULL matching NULL):
+        at least as many as its ``limits`` entry (or all), each with every row ordered
+        before it; with ``ties``, also every row tied in ``order`` with the last of them.
+        The columns of ``order`` must be stored in their order (integers, dates,
+        timestamps, booleans, strings: not decimals or floats). Keys with limits of one
+        size go in one query; an index on ``columns`` then ``order``'s columns, each in
         its direction (:func:`descending`), reads only the rows returned."""
-        names = self.schema.names
-        cols = ", ".join(quote_name(n) for n in names)
+        columns = list(columns)
+        out_schema = pa.schema([(ROWID, pa.int64()), *self.schema])
+        wanted = keys.select(columns).append_column("_limit", pa.array(limits, pa.int64()))
+        wanted = wanted.filter(pc.greater(wanted.column("_limit"), 0))
+        if wanted.num_rows == 0 or self.is_empty():
+            return out_schema.empty_table()
+        # keys by the size of their limit (a power of two): each group reads up to its
+        # largest limit a key, so one key's large limit does not raise the others'
+        sizes = np.frexp(wanted.column("_limit").to_numpy().astype(np.float64))[1]
+        parts = []
+        for bucket in np.unique(sizes):
+            group = wanted.filter(pa.array(sizes == bucket))
+            limit = int(pc.max(group.column("_limit")).as_py())
+            masks = pa.table({c: pc.is_null(group.column(c)) for c in columns})
+            for pattern in masks.group_by(columns).aggregate([]).to_pylist():
+                chosen = group
+                for c in columns:
+                    test = (
+                        pc.is_null(chosen.column(c))
+                        if pattern[c]
+                        else pc.is_valid(chosen.column(c))
+                    )
+                    chosen = chosen.filter(test)
+                nulls = [c for c in columns if pattern[c]]
+                equal = [c for c in columns if not pattern[c]]
+                parts.append(self._top_exact(equal, nulls, chosen, limit, order, ties))
+        return from_rows([r for part in parts for r in part], out_schema)
+
+    def _top_exact(self, equal: Sequence[str], null: Sequence[str], keys: pa.Table, limit: int,
+                   order: Sequence[tuple[str, bool, bool]], ties: bool) -> list[Any]:  # fmt: skip
+        """:meth:`top` for keys with no NULL in ``equal`` and only NULLs in ``null``:
+        one statement a chunk of keys, a correlated query each (and one more for the
+        ties: the rows whose order columns are those of the ``limit``-th row)."""
+        cols = ", ".join(f"t.{quote_name(n)}" for n in self.schema.names)
         table = quote_name(self.name)
         by = ", ".join(f"{quote_name(c)} {'DESC' if desc else 'ASC'}"
                        f" NULLS {'FIRST' if first else 'LAST'}" for c, desc, first in order)  # fmt: skip
-        tied = " AND ".join(f"{quote_name(c)} IS ?" for c, _, _ in order)
-        at = [1 + names.index(c) for c, _, _ in order]
-        queries: dict[tuple[bool, ...], tuple[str, str]] = {}  # by which key values are NULL
+        inner = " AND ".join([*(f"{quote_name(c)} = k.k{i}" for i, c in enumerate(equal)),
+                              *(f"{quote_name(c)} IS NULL" for c in null)]) or "TRUE"  # fmt: skip
+        outer = " AND ".join([*(f"t.{quote_name(c)} = k.k{i}" for i, c in enumerate(equal)),
+                              *(f"t.{quote_name(c)} IS NULL" for c in null)]) or "TRUE"  # fmt: skip
+        statements = [(f"SELECT t.rowid, {cols} FROM {{keys}} k CROSS JOIN {table} t"
+                       f" WHERE t.rowid IN (SELECT rowid FROM {table} WHERE {inner}"
+                       f" ORDER BY {by} LIMIT ?)", limit)]  # fmt: skip
+        if ties and order:
+            # (a partition of fewer rows has no limit-th row: what this finds then is of
+            # its rows, all found already)
+            tuple_of = ", ".join(quote_name(c) for c, _, _ in order)
+            statements.append((
+                f"SELECT t.rowid, {cols} FROM {{keys}} k CROSS JOIN {table} t WHERE {outer}"
+                f" AND ({', '.join(f't.{quote_name(c)}' for c, _, _ in order)}) IS"
+                f" (SELECT {tuple_of} FROM {table} WHERE {inner} ORDER BY {by}"
+                " LIMIT 1 OFFSET ?)", limit - 1))  # fmt: skip
         rows: list[Any] = []
-        for values, limit in zip(to_rows(keys.select(columns)), limits, strict=True):
-            if limit <= 0:
-                continue
-            nulls = tuple(v is None for v in values)
-            if nulls not in queries:
-                cond = " AND ".join(f"{quote_name(c)} IS NULL" if null else f"{quote_name(c)} = ?"
-                                    for c, null in zip(columns, nulls, strict=True)) or "TRUE"  # fmt: skip
-                queries[nulls] = (
-                    f"SELECT rowid, {cols} FROM {table} WHERE {cond} ORDER BY {by} LIMIT ?",
-                    f"SELECT rowid, {cols} FROM {table} WHERE {cond} AND {tied}",
-                )
-            first, more = queries[nulls]
-            params = [v for v in values if v is not None]
-            found = self.db.execute(first, [*params, limit]).fetchall()
-            if ties and order and len(found) == limit:
-                seen = {r[0] for r in found}
-                last = found[-1]
-                found += [r for r in self.db.execute(more, [*params, *(last[i] for i in at)])
-                          if r[0] not in seen]  # fmt: skip
-            rows += found
-        return from_rows(rows, pa.schema([(ROWID, pa.int64()), *self.schema]))
+        if equal:
+            temp, marks = self._key_table(keys, equal)
+            for _ in self._chunks(keys, equal, temp, marks):
+                for sql, arg in statements:
+                    rows += self.db.execute(sql.format(keys=temp), [arg]).fetchall()
+        else:
+            for sql, arg in statements:
+                rows += self.db.execute(sql.format(keys="(SELECT 1)"), [arg]).fetchall()
+        unique: dict[int, Any] = {}
+        for r in rows:
+            unique.setdefault(r[0], r)
+        return list(unique.values())
 
     def scan(
         self, *, batch_rows: int = _LOOKUP_CHUNK, with_rowid: bool = False
