@@ -324,7 +324,9 @@ class ScanOp(Op):
 
     def prepare(self) -> None:
         for names in self.indexes:
-            if names:
+            # (an index that begins with these columns serves lookups by them as well)
+            if names and not any(len(o) > len(names) and o[: len(names)] == names
+                                 for o in self.indexes):  # fmt: skip
                 self.mirror.ensure_index(list(names))
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,

@@ -58,11 +58,10 @@ _BOUNDS = {
     "CurrentRow": "CURRENT ROW",
     "UnboundedFollowing": "UNBOUNDED FOLLOWING",
 }
-# Types ordered and grouped alike by Spark and DuckDB (floating-point values are not:
-# Spark orders NaN above infinity and -0.0 as 0.0).
-# Types the state stores as values in their own order (integers; strings as UTF-8 text).
-_STORED_IN_ORDER = {"boolean", "byte", "short", "integer", "long", "string", "date",
-                    "timestamp", "timestamp_ntz"}  # fmt: skip
+# Types ordered and grouped alike by Spark and DuckDB, and by SQLite as the state stores
+# them (integers, strings as UTF-8 text), besides decimals (stored as text) and
+# char/varchar; not floating-point values (Spark orders NaN above infinity and -0.0 as
+# 0.0).
 _ORDERED = {"boolean", "byte", "short", "integer", "long", "string", "date", "timestamp",
             "timestamp_ntz"}  # fmt: skip
 
@@ -174,10 +173,8 @@ class WindowOp(Op):
             inner = projection._inner(inner) if inner is not None else None
         if inner is None:
             return None
-        if any(result_type(o.children[0]) not in _STORED_IN_ORDER
-               and not str(result_type(o.children[0])).startswith(("char(", "varchar("))
-               for o in order):  # fmt: skip
-            return None
+        if any(decimal_of(result_type(o.children[0])) is not None for o in order):
+            return None  # (stored as text: not in their order)
         names = [a.name for a in inner]
         spec = [(name, _object(o.fields.get("direction")) == "Descending",
                  _object(o.fields.get("nullOrdering")) == "NullsFirst")
