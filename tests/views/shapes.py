@@ -246,6 +246,11 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "SELECT id, row_number() OVER (PARTITION BY owner ORDER BY balance) AS rn FROM accounts",
         "a window function that tells tied rows apart",
     ),
+    "window_offset": (
+        "SELECT id, SUM(balance) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN 2"
+        " PRECEDING AND CURRENT ROW) AS s FROM accounts",
+        "a window frame with an offset",
+    ),
     "window_double": (
         "SELECT id, rank() OVER (PARTITION BY owner ORDER BY rate) AS r FROM accounts",
         "a window ordered by values of type double",
