@@ -222,6 +222,10 @@ SHAPES: dict[str, str] = {
     " FROM accounts) WHERE r <= 2",
     "ties_at_the_limit": "SELECT * FROM (SELECT active, id, region, rank() OVER (PARTITION"
     " BY active ORDER BY region DESC) AS r FROM accounts) WHERE r <= 1",
+    # a window over an aggregate's groups (looked up in its kept state)
+    "rank_of_sums": "SELECT * FROM (SELECT region, owner, s, rank() OVER (PARTITION BY region"
+    " ORDER BY s DESC) AS r FROM (SELECT region, owner, SUM(balance) AS s FROM accounts"
+    " GROUP BY region, owner)) WHERE r <= 2",
     "top_active": "SELECT * FROM (SELECT owner, id, balance, row_number() OVER (PARTITION"
     " BY owner ORDER BY balance, id DESC) AS rn FROM accounts WHERE active) WHERE rn <= 2",
     # a window over a join, partitioned by a join key; an aggregate over a window
