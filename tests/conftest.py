@@ -19,7 +19,13 @@ def spark() -> Iterator[object]:
     from deltamv import warm_runner
     from deltamv.session import build_spark
 
-    session = build_spark(app_name="deltamv-tests", conf={"spark.sql.shuffle.partitions": "2"})
+    # 2 GB of heap: the one JVM serves every test of the run (delta-spark keeps the
+    # snapshots of the tables it read), and at 1 GB the Spark oracle of the view shapes
+    # near the end once ran out of it ("Not enough memory to build and broadcast").
+    session = build_spark(
+        app_name="deltamv-tests",
+        conf={"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "2g"},
+    )
     warm_runner.serve(session)  # the jobs' source runners forked warm, as `deltamv run` has them
     yield session
     session.stop()
