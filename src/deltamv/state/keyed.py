@@ -285,16 +285,9 @@ class KeyedTable:
         if keys.num_rows > 1:
             keys = keys.group_by(columns).aggregate([])
         keys = _other_zeros_and_nans(keys, columns)
-        masks = pa.table({c: pc.is_null(keys.column(c)) for c in columns})
-        for pattern in masks.group_by(columns).aggregate([]).to_pylist():
-            nulls = [c for c in columns if pattern[c]]
-            if any(not safe[c] for c in nulls):
-                continue
-            chosen = keys
-            for c in columns:
-                test = pc.is_null(chosen.column(c)) if pattern[c] else pc.is_valid(chosen.column(c))
-                chosen = chosen.filter(test)
-            yield from exact([c for c in columns if not pattern[c]], nulls, chosen)
+        for equal, nulls, chosen in _null_patterns(keys, columns):
+            if all(safe[c] for c in nulls):
+                yield from exact(equal, nulls, chosen)
 
     def _counts_exact(
         self, equal: Sequence[str], null: Sequence[str], keys: pa.Table, *, upto: int
@@ -406,18 +399,7 @@ class KeyedTable:
         for bucket in np.unique(sizes):
             group = wanted.filter(pa.array(sizes == bucket))
             limit = int(pc.max(group.column("_limit")).as_py())
-            masks = pa.table({c: pc.is_null(group.column(c)) for c in columns})
-            for pattern in masks.group_by(columns).aggregate([]).to_pylist():
-                chosen = group
-                for c in columns:
-                    test = (
-                        pc.is_null(chosen.column(c))
-                        if pattern[c]
-                        else pc.is_valid(chosen.column(c))
-                    )
-                    chosen = chosen.filter(test)
-                nulls = [c for c in columns if pattern[c]]
-                equal = [c for c in columns if not pattern[c]]
+            for equal, nulls, chosen in _null_patterns(group, columns):
                 parts.append(self._top_exact(equal, nulls, chosen, limit, order, ties))
         return from_rows([r for part in parts for r in part], out_schema)
 
@@ -473,6 +455,21 @@ class KeyedTable:
             if not rows:
                 return
             yield from_rows(rows, schema)
+
+
+def _null_patterns(
+    keys: pa.Table, columns: Sequence[str]
+) -> Iterator[tuple[list[str], list[str], pa.Table]]:
+    """``keys`` split by which of ``columns`` hold NULL: per pattern, the columns holding
+    values, those holding NULLs, and its rows (all of ``keys``' columns). SQLite uses an
+    index for "c = ?" and for "c IS NULL", but not for "c IS ?"."""
+    masks = pa.table({c: pc.is_null(keys.column(c)) for c in columns})
+    for pattern in masks.group_by(list(columns)).aggregate([]).to_pylist():
+        chosen = keys
+        for c in columns:
+            test = pc.is_null(chosen.column(c)) if pattern[c] else pc.is_valid(chosen.column(c))
+            chosen = chosen.filter(test)
+        yield [c for c in columns if not pattern[c]], [c for c in columns if pattern[c]], chosen
 
 
 _NEGATIVE_NAN = pa.array([-0x0008000000000000], pa.int64()).view(pa.float64())[0]

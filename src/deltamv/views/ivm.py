@@ -158,7 +158,7 @@ def consolidated_change(b: Batch, op: Op) -> pa.Table | None:
     return conform(out, op.output) if out.num_rows else None
 
 
-def _col(i: int) -> str:
+def col_ref(i: int) -> str:
     return f'"c{i}"'
 
 
@@ -198,7 +198,7 @@ def _indexed(keys: pa.Table) -> pa.Table:
     return keys.append_column(_I, pa.array(np.arange(keys.num_rows, dtype=np.int64)))
 
 
-def _matches(keys: pa.Table, cols: Sequence[str], null_safe: Sequence[bool], alias: str) -> str:
+def match_sql(keys: pa.Table, cols: Sequence[str], null_safe: Sequence[bool], alias: str) -> str:
     """SQL: the columns ``cols`` of the rows aliased ``alias`` equal the key row ``k``'s
     columns, in order (``=``, or ``<=>`` where ``null_safe``)."""
     return " AND ".join(
@@ -214,7 +214,7 @@ def _sums(b: Batch, keys: pa.Table, rows: pa.Table | None, column: str, cols: Se
     if rows is None or keys.num_rows == 0 or rows.num_rows == 0:
         return pa.array(np.zeros(keys.num_rows, dtype=np.int64))
     query = (f'SELECT CAST(COALESCE((SELECT SUM(r."{column}") FROM r WHERE'
-             f" {_matches(keys, cols, null_safe, 'r')}), 0) AS BIGINT) AS n"
+             f" {match_sql(keys, cols, null_safe, 'r')}), 0) AS BIGINT) AS n"
              f' FROM k ORDER BY k."{_I}"')  # fmt: skip
     return b.compute.query(query, k=_indexed(keys), r=rows).column("n").combine_chunks()
 
@@ -302,7 +302,7 @@ class ScanOp(Op):
         self.mirror = mirror
         self.indexes: set[tuple[str, ...]] = set()
 
-    def _named(self, rows: pa.Table) -> pa.Table:
+    def rows_as_attrs(self, rows: pa.Table) -> pa.Table:
         """A table's rows (declared column names) as this scan's attribute columns."""
         cols = {a.col: rows.column(a.name) for a in self.output}
         weight = rows.column(W) if W in rows.column_names else pa.array(
@@ -313,7 +313,7 @@ class ScanOp(Op):
         change = b.changes.get(self.table)
         if change is None or change.num_rows == 0:
             return None
-        return conform(self._named(change), self.output)
+        return conform(self.rows_as_attrs(change), self.output)
 
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         ids = {a.id for a in self.output}
@@ -336,13 +336,13 @@ class ScanOp(Op):
         if not names:
             raise Unsupported("a scan of a whole table")
         found = self.mirror.lookup(names, by_name, null_safe=list(null_safe)).drop_columns([ROWID])
-        rows = self._named(found)
+        rows = self.rows_as_attrs(found)
         if not new:
             return conform(rows, self.output)
         change = self.delta(b)
         if change is None:
             return conform(rows, self.output)
-        on = _matches(keys, [a.col for a in attrs], null_safe, "d")
+        on = match_sql(keys, [a.col for a in attrs], null_safe, "d")
         hit = b.compute.query(f"SELECT d.* FROM d WHERE EXISTS (SELECT 1 FROM k WHERE {on})",
                               d=change, k=keys)  # fmt: skip
         return consolidate(b.compute, concat([rows, hit], self.output)) or empty(self.output)
@@ -380,7 +380,7 @@ class FilterOp(Op):
         self.output = child.output
         self.tables = child.tables
         self.small = child.small
-        self.cond = sql(condition, _col)
+        self.cond = sql(condition, col_ref)
         # a condition of only "x IS NOT NULL" (Spark's, on the keys of a join above)
         tests = [c.children[0].attr() if c.kind == "IsNotNull" else None
                  for c in _conjuncts(condition)]  # fmt: skip
@@ -389,7 +389,7 @@ class FilterOp(Op):
     def children(self) -> tuple[Op, ...]:
         return (self.child,)
 
-    def _apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
+    def apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
         if rows is None or rows.num_rows == 0:
             return rows
         return b.compute.query(f"SELECT * FROM d WHERE {self.cond}", d=rows)
@@ -402,7 +402,7 @@ class FilterOp(Op):
         return super().presence(b, attrs, keys, null_safe)
 
     def delta(self, b: Batch) -> pa.Table | None:
-        return self._apply(b, self.child.delta(b))
+        return self.apply(b, self.child.delta(b))
 
     def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
         rows, relation = self.child.stream(b)
@@ -417,10 +417,10 @@ class FilterOp(Op):
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
         rows = self.child.lookup(b, attrs, keys, new=new, null_safe=null_safe)
-        return self._apply(b, rows) or empty(self.output)
+        return self.apply(b, rows) or empty(self.output)
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
-        return self._apply(b, self.child.whole(b, new=new)) or empty(self.output)
+        return self.apply(b, self.child.whole(b, new=new)) or empty(self.output)
 
     def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
         return f"SELECT * FROM ({self.child.full_sql(base)}) WHERE {self.cond}"
@@ -436,7 +436,7 @@ class ProjectOp(Op):
         parts = []
         for attr, e in items:
             t = duck_type(attr.dtype)
-            parts.append(f'CAST({sql(e, _col)} AS {t}) AS "{attr.col}"')
+            parts.append(f'CAST({sql(e, col_ref)} AS {t}) AS "{attr.col}"')
         self.select = ", ".join([*parts, f'"{W}"'])
         # Output attributes that are plain references to a child attribute.
         self.passthrough: dict[int, Attr] = {}
@@ -449,7 +449,7 @@ class ProjectOp(Op):
     def children(self) -> tuple[Op, ...]:
         return (self.child,)
 
-    def _apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
+    def apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
         if rows is None:
             return None
         if rows.num_rows == 0:
@@ -457,18 +457,18 @@ class ProjectOp(Op):
         return conform(b.compute.query(f"SELECT {self.select} FROM d", d=rows), self.output)
 
     def delta(self, b: Batch) -> pa.Table | None:
-        return self._apply(b, self.child.delta(b))
+        return self.apply(b, self.child.delta(b))
 
     def stream(self, b: Batch) -> tuple[pa.Table | None, str]:
         rows, relation = self.child.stream(b)
         return rows, f"(SELECT {self.select} FROM {relation})"
 
-    def _inner(self, attrs: Sequence[Attr]) -> list[Attr] | None:
+    def inner_attrs(self, attrs: Sequence[Attr]) -> list[Attr] | None:
         found = [self.passthrough.get(a.id) for a in attrs]
         return None if any(f is None for f in found) else [f for f in found if f is not None]
 
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
-        inner = self._inner(attrs)
+        inner = self.inner_attrs(attrs)
         return inner is not None and self.child.can_lookup(inner)
 
     def unique_keys(self) -> list[frozenset[int]]:
@@ -480,23 +480,23 @@ class ProjectOp(Op):
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
-        inner = self._inner(attrs)
+        inner = self.inner_attrs(attrs)
         if inner is None:
             raise Unsupported("a lookup by a computed column")
         renamed = keys.rename_columns([a.col for a in inner])
         rows = self.child.lookup(b, inner, renamed, new=new, null_safe=null_safe)
-        return self._apply(b, rows) or empty(self.output)
+        return self.apply(b, rows) or empty(self.output)
 
     def presence(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table,
                  null_safe: Sequence[bool]) -> tuple[pa.Array, pa.Array]:  # fmt: skip
-        inner = self._inner(attrs)  # a projection keeps every row: its child's answer
+        inner = self.inner_attrs(attrs)  # a projection keeps every row: its child's answer
         if inner is None:
             raise Unsupported("a lookup by a computed column")
         renamed = keys.rename_columns([a.col for a in inner])
         return self.child.presence(b, inner, renamed, null_safe)
 
     def whole(self, b: Batch, *, new: bool) -> pa.Table:
-        return self._apply(b, self.child.whole(b, new=new)) or empty(self.output)
+        return self.apply(b, self.child.whole(b, new=new)) or empty(self.output)
 
     def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
         return f"SELECT {self.select} FROM ({self.child.full_sql(base)})"
@@ -515,7 +515,7 @@ class ExpandOp(Op):
         selects = []
         for proj in projections:
             parts = [
-                f'CAST({sql(e, _col)} AS {duck_type(a.dtype)}) AS "{a.col}"'
+                f'CAST({sql(e, col_ref)} AS {duck_type(a.dtype)}) AS "{a.col}"'
                 for a, e in zip(self.output, proj, strict=True)
             ]
             selects.append(", ".join([*parts, f'"{W}"']))
@@ -530,14 +530,14 @@ class ExpandOp(Op):
     def children(self) -> tuple[Op, ...]:
         return (self.child,)
 
-    def _apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
+    def apply(self, b: Batch, rows: pa.Table | None) -> pa.Table | None:
         if rows is None:
             return None
         query = " UNION ALL ".join(f"SELECT {s} FROM d" for s in self.selects)
         return conform(b.compute.query(query, d=rows), self.output)
 
     def delta(self, b: Batch) -> pa.Table | None:
-        return self._apply(b, self.child.delta(b))
+        return self.apply(b, self.child.delta(b))
 
     def can_lookup(self, attrs: Sequence[Attr]) -> bool:
         inner = [self.passthrough.get(a.id) for a in attrs]
@@ -549,7 +549,7 @@ class ExpandOp(Op):
         inner = [self.passthrough[a.id] for a in attrs]
         rows = self.child.lookup(b, inner, keys.rename_columns([a.col for a in inner]),
                                  new=new, null_safe=null_safe)  # fmt: skip
-        return self._apply(b, rows) or empty(self.output)
+        return self.apply(b, rows) or empty(self.output)
 
     def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
         child = self.child.full_sql(base)
@@ -637,7 +637,7 @@ def _null_aware(e: Expr) -> bool:
     return e.kind == "Or" and any(c.kind == "IsNull" for c in e.children)
 
 
-def _key_attr(e: Expr, side: Sequence[Attr]) -> Attr | None:
+def key_attr(e: Expr, side: Sequence[Attr]) -> Attr | None:
     """The side's attribute a join key expression is, if it is one."""
     inner = e
     while inner.kind in ("KnownFloatingPointNormalized", "NormalizeNaNAndZero", "KnownNotNull"):
@@ -669,7 +669,7 @@ class JoinOp(Op):
                     self._key(z, a, c.kind)
                     continue
             residual.append(c)
-        self.residual = [sql(r, _col) for r in residual]
+        self.residual = [sql(r, col_ref) for r in residual]
         if kind in ("semi", "anti"):
             self.output = left.output
         else:
@@ -683,8 +683,8 @@ class JoinOp(Op):
                 )
             raise Unsupported(f"{kind} join without an equality between the two sides")
         if self.lkeys:
-            self.lattrs = [_key_attr(k, left.output) for k in self.lkeys]
-            self.rattrs = [_key_attr(k, right.output) for k in self.rkeys]
+            self.lattrs = [key_attr(k, left.output) for k in self.lkeys]
+            self.rattrs = [key_attr(k, right.output) for k in self.rkeys]
             if any(a is None for a in self.lattrs) or any(a is None for a in self.rattrs):
                 raise Unsupported("a join on computed keys")
             if not left.can_lookup(self.lattrs) or not right.can_lookup(self.rattrs):  # type: ignore[arg-type]
@@ -704,7 +704,7 @@ class JoinOp(Op):
         for lk, rk, ns in zip(self.lkeys, self.rkeys, self.null_safe, strict=True):
             op = "IS NOT DISTINCT FROM" if ns else "="
             parts.append(
-                f"({sql(lk, lambda i: f'l.{_col(i)}')} {op} {sql(rk, lambda i: f'r.{_col(i)}')})"
+                f"({sql(lk, lambda i: f'l.{col_ref(i)}')} {op} {sql(rk, lambda i: f'r.{col_ref(i)}')})"
             )
         parts += [self._qualified(c) for c in self.residual]
         return " AND ".join(parts) if parts else "TRUE"
@@ -731,7 +731,9 @@ class JoinOp(Op):
     def _keys_of(
         self, b: Batch, rows: pa.Table, keys: Sequence[Expr], attrs: Sequence[Attr]
     ) -> pa.Table:
-        cols = ", ".join(f'{sql(k, _col)} AS "{a.col}"' for k, a in zip(keys, attrs, strict=True))
+        cols = ", ".join(
+            f'{sql(k, col_ref)} AS "{a.col}"' for k, a in zip(keys, attrs, strict=True)
+        )
         return b.compute.query(f"SELECT DISTINCT {cols} FROM d", d=rows)
 
     def _probe_right(self, b: Batch, left_rows: pa.Table, *, new: bool) -> pa.Table:
@@ -873,7 +875,7 @@ class JoinOp(Op):
         tests = []
         for e, name, ns in zip(exprs, keys.column_names, self.null_safe, strict=True):
             op = "IS NOT DISTINCT FROM" if ns else "="
-            tests.append(f'({sql(e, lambda i: f"{alias}.{_col(i)}")}) {op} k."{name}"')
+            tests.append(f'({sql(e, lambda i: f"{alias}.{col_ref(i)}")}) {op} k."{name}"')
         return " AND ".join(tests)
 
     def delta(self, b: Batch) -> pa.Table | None:
@@ -1153,12 +1155,12 @@ class AggregateOp(Op):
             if call.function not in ("Count", "Sum", "Average", "Min", "Max", "First"):
                 raise Unsupported(f"aggregate function {call.function}")
             for arg in call.args:
-                sql(arg, _col)
+                sql(arg, col_ref)
             _agg_sql(call)  # the full evaluation (and touched-group recompute) needs it
         self.group_attrs = [
             Attr(-(i + 1), f"g{i}", result_type(g), True) for i, g in enumerate(self.groups)
         ]
-        self.group_sql = [sql(g, _col) for g in self.groups]
+        self.group_sql = [sql(g, col_ref) for g in self.groups]
         self.group_names = [a.name for a in self.group_attrs]  # g<i>, in state and changes
         # State kept per group (exact sums, each MIN/MAX with the rows holding it, each
         # COUNT(DISTINCT)'s value counts), or else every touched group recomputed.
@@ -1166,7 +1168,7 @@ class AggregateOp(Op):
         self.extremes = [(i, c) for i, c in enumerate(self.calls) if c.extreme]
         self.distincts = [(i, c) for i, c in enumerate(self.calls) if c.distinct_count]
         # The child attributes behind each group expression (for lookups by group).
-        self.group_refs = [_key_attr(g, child.output) for g in self.groups]
+        self.group_refs = [key_attr(g, child.output) for g in self.groups]
         # Output attributes that are a group expression: output attr id -> group index.
         self.out_group: dict[int, int] = {}
         for attr, e in items:
@@ -1216,7 +1218,7 @@ class AggregateOp(Op):
                 self.value_counts[i] = state(f"{name}_d{i}", schema, [schema.names[:-1]])
             by_value: dict[str, KeyedTable] = {}  # MIN(x) and MAX(x) share one table
             for i, call in self.extremes if self.ordered else ():
-                value = _filtered(call, sql(call.args[0], _col))
+                value = _filtered(call, sql(call.args[0], col_ref))
                 if value not in by_value:
                     value_type = arrow_type(result_type(call.args[0]))
                     order = ([pa.field("o", pa.string())] if pa.types.is_decimal(value_type)
@@ -1230,7 +1232,7 @@ class AggregateOp(Op):
                 self.value_counts[i] = by_value[value]
         self.items_sql = {
             attr.id: _replace_aggs(
-                e, {c.result_id: f'"v{c.result_id}"' for c in self.calls}, _col, self.groups
+                e, {c.result_id: f'"v{c.result_id}"' for c in self.calls}, col_ref, self.groups
             )
             for attr, e in items
         }
@@ -1317,7 +1319,7 @@ class AggregateOp(Op):
             if call.distinct_count:  # from the values' counts (:meth:`_distinct_changes`)
                 sums.append(f'CAST(0 AS BIGINT) AS "n{i}"')
                 continue
-            args = [_filtered(call, sql(a, _col)) for a in call.args]  # NULL where filtered
+            args = [_filtered(call, sql(a, col_ref)) for a in call.args]  # NULL where filtered
             present = " AND ".join(f"({a}) IS NOT NULL" for a in args) or "TRUE"
             sums.append(f'CAST(coalesce(sum(CASE WHEN {present} THEN "{W}" END), 0) AS BIGINT)'
                         f' AS "n{i}"')  # fmt: skip
@@ -1359,7 +1361,7 @@ class AggregateOp(Op):
         by_sql: dict[str, pa.Table] = {}
         out = {}
         for call in calls:
-            arg = _filtered(call, sql(call.args[0], _col))
+            arg = _filtered(call, sql(call.args[0], col_ref))
             value = f'CAST({arg} AS {duck_type(result_type(call.args[0]))}) AS "v"'
             query = (f'SELECT {", ".join([*self._group_columns(), value])},'
                      f' CAST(sum("{W}") AS BIGINT) AS "c" FROM {source}'
@@ -1647,7 +1649,7 @@ class AggregateOp(Op):
     def _eval_sql(self, source: str) -> str:
         aggs = {c.result_id: _agg_sql(c) for c in self.calls}
         select = ", ".join(
-            f'CAST({_replace_aggs(e, aggs, _col)} AS {duck_type(a.dtype)}) AS "{a.col}"'
+            f'CAST({_replace_aggs(e, aggs, col_ref)} AS {duck_type(a.dtype)}) AS "{a.col}"'
             for a, e in self.items
         )
         # One row when global, also with no aggregate in it (SELECT 0.0 AS x FROM t GROUP BY ())
@@ -1657,7 +1659,7 @@ class AggregateOp(Op):
     def _recompute_delta(self, b: Batch, rows: pa.Table, relation: str) -> pa.Table | None:
         refs = [r for r in self.group_refs if r is not None]
         keys = b.compute.query(
-            f"SELECT DISTINCT {', '.join(f'{g} AS {_col(r.id)}' for g, r in zip(self.group_sql, refs, strict=True))} FROM {relation}",
+            f"SELECT DISTINCT {', '.join(f'{g} AS {col_ref(r.id)}' for g, r in zip(self.group_sql, refs, strict=True))} FROM {relation}",
             d=rows,
         )
         if keys.num_rows == 0:  # a filter below kept none of the changed rows
@@ -1743,7 +1745,7 @@ def _agg_sql(call: AggCall) -> str:
     """The SQL aggregate computing ``call`` over plain rows (for recomputed groups).
     Each argument is evaluated only on the rows its FILTER keeps, as Spark does (DuckDB's
     FILTER evaluates them on every row, and one may fail where the filter rules it out)."""
-    args = [_filtered(call, sql(a, _col)) for a in call.args]
+    args = [_filtered(call, sql(a, col_ref)) for a in call.args]
     distinct = "DISTINCT " if call.distinct else ""
     fn = call.function
     if fn == "Count":
@@ -1780,7 +1782,7 @@ def _filtered(call: AggCall, arg: str) -> str:
     counts), evaluated only there."""
     if call.filter is None:
         return arg
-    return f"(CASE WHEN {sql(call.filter, _col)} THEN {arg} END)"
+    return f"(CASE WHEN {sql(call.filter, col_ref)} THEN {arg} END)"
 
 
 def _decimal_avg_sql(arg: str, dec: tuple[int, int], dtype: Any) -> str:

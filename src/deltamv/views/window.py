@@ -38,13 +38,13 @@ from deltamv.views.ivm import (
     ProjectOp,
     ScanOp,
     W,
-    _col,
-    _key_attr,
-    _matches,
+    col_ref,
     concat,
     conform,
     consolidate,
     empty,
+    key_attr,
+    match_sql,
     negate,
 )
 from deltamv.views.plan import Attr, Expr, short_class
@@ -88,6 +88,12 @@ class _Prefix:
     partition: list[str]  # the mirror's columns
     order: list[tuple[str, bool, bool]]  # (column, descending, nulls first)
 
+    @property
+    def index(self) -> tuple[str, ...]:
+        """The mirror's index in the window's order: a partition's first rows are its
+        first entries."""
+        return (*self.partition, *(descending(c) if desc else c for c, desc, _ in self.order))
+
 
 class WindowOp(Op):
     """One ``Window`` step: its functions share one partitioning and order (the module
@@ -107,7 +113,7 @@ class WindowOp(Op):
         self.tables = child.tables
         if not partition:
             raise Unsupported("a window function without PARTITION BY")
-        refs = [_key_attr(p, child.output) for p in partition]
+        refs = [key_attr(p, child.output) for p in partition]
         if any(r is None for r in refs):
             raise Unsupported("a window partitioned by a computed value")
         self.refs: list[Attr] = [r for r in refs if r is not None]
@@ -120,8 +126,8 @@ class WindowOp(Op):
             _check_ordered(o.children[0], "ordered by")
             direction = "DESC" if _object(o.fields.get("direction")) == "Descending" else "ASC"
             nulls = "FIRST" if _object(o.fields.get("nullOrdering")) == "NullsFirst" else "LAST"
-            keys.append(f"{sql(o.children[0], _col)} {direction} NULLS {nulls}")
-        over = f"PARTITION BY {', '.join(_col(r.id) for r in self.refs)}"
+            keys.append(f"{sql(o.children[0], col_ref)} {direction} NULLS {nulls}")
+        over = f"PARTITION BY {', '.join(col_ref(r.id) for r in self.refs)}"
         over += f" ORDER BY {', '.join(keys)}" if keys else ""
         self.limit = limit if limit is not None and limit[0] in _RANKS else None
         self.qualify = (f" QUALIFY {_RANKS[self.limit[0]]} OVER ({over}) <= {self.limit[1]}"
@@ -150,6 +156,8 @@ class WindowOp(Op):
                                 f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
         if not child.can_lookup(self.refs):  # (and asks for the index on them)
             raise Unsupported("a window whose partitions cannot be looked up in its input")
+        if self.prefix is not None:
+            self.prefix.scan.indexes.add(self.prefix.index)
 
     def _prefix_plan(self, order: Sequence[Expr]) -> _Prefix | None:
         """How to read only each touched partition's first rows, where the step keeps
@@ -170,7 +178,7 @@ class WindowOp(Op):
             return None
         inner: list[Attr] | None = [a for a in attrs if a is not None]
         for projection in projections:
-            inner = projection._inner(inner) if inner is not None else None
+            inner = projection.inner_attrs(inner) if inner is not None else None
         if inner is None:
             return None
         if any(decimal_of(result_type(o.children[0])) is not None for o in order):
@@ -179,9 +187,6 @@ class WindowOp(Op):
         spec = [(name, _object(o.fields.get("direction")) == "Descending",
                  _object(o.fields.get("nullOrdering")) == "NullsFirst")
                 for name, o in zip(names[len(self.refs):], order, strict=True)]  # fmt: skip
-        # (an index in the window's order: a partition's first rows are its first entries)
-        op.indexes.add((*names[: len(self.refs)],
-                        *(descending(name) if desc else name for name, desc, _ in spec)))  # fmt: skip
         return _Prefix(op, list(reversed(projections)), names[: len(self.refs)], spec)
 
     @staticmethod
@@ -199,7 +204,7 @@ class WindowOp(Op):
             raise Unsupported(f"the window function {call.kind}")
         if len(function.children) > 1:
             raise Unsupported("an aggregate with a FILTER in a window")
-        args = [sql(a, _col) for a in call.children]
+        args = [sql(a, col_ref) for a in call.children]
         if call.kind == "Count":
             if len(args) != 1:
                 present = " AND ".join(f"({a}) IS NOT NULL" for a in args)
@@ -249,47 +254,43 @@ class WindowOp(Op):
             b.cache[key] = None
             rows, relation = self.child.stream(b)
             if rows is not None and rows.num_rows:
-                keys = b.compute.query(
-                    f"SELECT DISTINCT {', '.join(_col(r.id) for r in self.refs)} FROM {relation}",
-                    d=rows,
-                )
-                flags = [True] * len(self.refs)
                 if self.prefix is not None:
-                    before, after = self._prefixes(b, keys)
+                    change = b.compute.query(f"SELECT * FROM {relation}", d=rows)
+                    before, after = self._prefixes(b, conform(change, self.child.output))
                 else:
+                    keys = b.compute.query(
+                        f"SELECT DISTINCT {', '.join(col_ref(r.id) for r in self.refs)}"
+                        f" FROM {relation}", d=rows)  # fmt: skip
+                    flags = [True] * len(self.refs)
                     before = self.child.lookup(b, self.refs, keys, new=False, null_safe=flags)
                     after = self.child.lookup(b, self.refs, keys, new=True, null_safe=flags)
                 b.cache[key] = consolidate(b.compute, concat(
                     [self._evaluate(b, after), negate(self._evaluate(b, before))], self.output))  # fmt: skip
         return b.cache[key]
 
-    def _prefixes(self, b: Batch, keys: pa.Table) -> tuple[pa.Table, pa.Table]:
-        """The input rows of the touched partitions (``keys``) that can hold the first
-        ranks, before and after the batch. Before: per partition, the first ``n + d``
-        rows in the window's order and every row tied with the last (``n`` the limit,
-        ``d`` the rows the batch takes from the partition), so each row comes with all
-        rows ordered before it and its rank is exact. After: those plus the batch's
-        change; a row taken away from beyond them is no row of theirs, and a row added
-        beyond them ranks after at least ``n`` of them, so past the limit."""
+    def _prefixes(self, b: Batch, change: pa.Table) -> tuple[pa.Table, pa.Table]:
+        """The input rows of the partitions ``change`` (the input's change) touched that
+        can hold the first ranks, before and after the batch. Before: per partition, the
+        first ``n + d`` rows in the window's order and every row tied with the last
+        (``n`` the limit, ``d`` the rows the batch takes from the partition), so each row
+        comes with all rows ordered before it and its rank is exact. After: those plus
+        the change; a row taken away from beyond them is no row of theirs, and a row
+        added beyond them ranks after at least ``n`` of them, so past the limit."""
         assert self.prefix is not None and self.limit is not None
         prefix = self.prefix
-        change = self.child.delta(b)
-        refs = [_col(r.id) for r in self.refs]
-        taken: dict[tuple[object, ...], int] = {}
-        if change is not None and change.num_rows:
-            removed = b.compute.query(
-                f"SELECT {', '.join(refs)}, CAST(sum(-\"{W}\") AS BIGINT) AS \"_d\" FROM d"
-                f" WHERE \"{W}\" < 0 GROUP BY ALL", d=change)  # fmt: skip
-            for row in removed.to_pylist():
-                taken[tuple(row[c.strip('"')] for c in refs)] = int(row["_d"])
-        limits = [self.limit[1] + taken.get(tuple(row.values()), 0)
-                  for row in keys.select([c.strip('"') for c in refs]).to_pylist()]  # fmt: skip
+        refs = [r.col for r in self.refs]
+        touched = b.compute.query(
+            f"SELECT {', '.join(col_ref(r.id) for r in self.refs)},"
+            f" CAST({self.limit[1]} + sum(CASE WHEN \"{W}\" < 0 THEN -\"{W}\" ELSE 0 END)"
+            f" AS BIGINT) AS \"_n\" FROM d GROUP BY ALL", d=change)  # fmt: skip
         # (row_number's order holds a unique key, or tied rows are equal: no ties to add)
-        found = prefix.scan.mirror.top(prefix.partition, keys.rename_columns(prefix.partition),
-                                       limits, prefix.order, ties=self.limit[0] == "Rank")  # fmt: skip
-        before = conform(prefix.scan._named(found.drop_columns([ROWID])), prefix.scan.output)
+        found = prefix.scan.mirror.top(
+            prefix.partition, touched.select(refs).rename_columns(prefix.partition),
+            touched.column("_n").to_pylist(), prefix.order, ties=self.limit[0] == "Rank")  # fmt: skip
+        before = conform(prefix.scan.rows_as_attrs(found.drop_columns([ROWID])),
+                         prefix.scan.output)  # fmt: skip
         for projection in prefix.projections:
-            before = projection._apply(b, before) or empty(projection.output)
+            before = projection.apply(b, before) or empty(projection.output)
         after = consolidate(b.compute, concat([before, change], self.child.output))
         if after is None:
             return before, empty(self.child.output)
@@ -319,7 +320,7 @@ class WindowOp(Op):
         names = [keys.column_names[i] for i, a in enumerate(attrs) if a.id in ids]
         wanted = keys.select(names).group_by(names).aggregate([])
         rows = self._evaluate(b, self.child.lookup(b, inner, wanted, new=new, null_safe=flags))
-        on = _matches(keys, [a.col for a in attrs], null_safe, "d")
+        on = match_sql(keys, [a.col for a in attrs], null_safe, "d")
         return conform(b.compute.query(
             f"SELECT d.* FROM d WHERE EXISTS (SELECT 1 FROM k WHERE {on})", d=rows, k=keys),
             self.output)  # fmt: skip
