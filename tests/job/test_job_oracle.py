@@ -84,6 +84,10 @@ WINDOW_VIEWS = {
     " owner ORDER BY balance DESC, id) AS rn FROM accounts) WHERE rn <= 2",
     "by_sender": "SELECT id, from_id, amount, rank() OVER (PARTITION BY from_id ORDER BY"
     " amount DESC) AS r, SUM(amount) OVER (PARTITION BY from_id) AS sent FROM transfers",
+    "sender_steps": "SELECT id, from_id, lag(amount) OVER (PARTITION BY from_id ORDER BY id)"
+    " AS previous, lead(to_id, 1, -1) OVER (PARTITION BY from_id ORDER BY id) AS next_to,"
+    " SUM(amount) OVER (PARTITION BY from_id ORDER BY id ROWS BETWEEN 2 PRECEDING AND"
+    " CURRENT ROW) AS last3 FROM transfers",
 }
 
 

@@ -234,6 +234,18 @@ SHAPES: dict[str, str] = {
     "agg_over_window": "SELECT owner, COUNT(*) AS n, SUM(balance) AS s FROM (SELECT owner,"
     " balance, dense_rank() OVER (PARTITION BY owner ORDER BY region) AS dr FROM accounts)"
     " WHERE dr = 1 GROUP BY owner",
+    # rows a fixed number away in an order holding the key: lag and lead (a constant
+    # default), ntile, frames of rows before and after the current one
+    "window_offsets": "SELECT id, owner, lag(balance) OVER (PARTITION BY owner ORDER BY id)"
+    " AS prev, lead(credit, 2, 0) OVER (PARTITION BY owner ORDER BY id) AS next2, ntile(2)"
+    " OVER (PARTITION BY owner ORDER BY opened NULLS LAST, id DESC) AS half, SUM(balance)"
+    " OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS"
+    " moving, MIN(opened) OVER (PARTITION BY owner, region ORDER BY id ROWS BETWEEN 1"
+    " FOLLOWING AND 3 FOLLOWING) AS ahead FROM accounts",
+    # a row's place among its partition's (ties alike: no key needed), over a join
+    "window_distribution": "SELECT t.id, a.region, percent_rank() OVER (PARTITION BY"
+    " a.region ORDER BY t.amount) AS pr, cume_dist() OVER (PARTITION BY a.region ORDER BY"
+    " t.amount DESC NULLS LAST) AS cd FROM transfers t JOIN accounts a ON t.src = a.id",
 }
 
 # name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
@@ -242,18 +254,23 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "SELECT id, row_number() OVER (ORDER BY balance, id) AS rn FROM accounts",
         "a window function without PARTITION BY",
     ),
-    "window_lag": (
-        "SELECT id, lag(balance) OVER (PARTITION BY owner ORDER BY id) AS l FROM accounts",
-        "the window function Lag",
+    "window_lag": (  # the row before a tied one is Spark's row order
+        "SELECT id, lag(balance) OVER (PARTITION BY owner ORDER BY region) AS l FROM accounts",
+        "a window function that tells tied rows apart",
+    ),
+    "lag_ignore_nulls": (
+        "SELECT id, lag(balance) IGNORE NULLS OVER (PARTITION BY owner ORDER BY id) AS l"
+        " FROM accounts",
+        "the window function Lag ignoring NULLs",
     ),
     "row_number_tied": (  # which of two tied rows comes first is Spark's row order
         "SELECT id, row_number() OVER (PARTITION BY owner ORDER BY balance) AS rn FROM accounts",
         "a window function that tells tied rows apart",
     ),
     "window_offset": (
-        "SELECT id, SUM(balance) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN 2"
+        "SELECT id, SUM(balance) OVER (PARTITION BY owner ORDER BY region RANGE BETWEEN 1"
         " PRECEDING AND CURRENT ROW) AS s FROM accounts",
-        "a window frame with an offset",
+        "a RANGE window frame with an offset",
     ),
     "window_double": (
         "SELECT id, rank() OVER (PARTITION BY owner ORDER BY rate) AS r FROM accounts",

@@ -8,11 +8,13 @@ their input rows are looked up by the partition key (through the mirrors' indexe
 aggregate's touched groups are), so a batch reads the rows of the partitions it touched,
 never the whole input.
 
-Maintained: ``row_number``, ``rank``, ``dense_rank``, and ``COUNT``, ``SUM`` (of exact
-numbers), ``MIN`` and ``MAX`` over the whole partition or a running frame from its
-start, partitioned by columns of the input and ordered by exact values. Each is checked
-to give one answer whatever the order of the input's rows: ``row_number`` and a frame
-of rows that ends (or starts) at the current row count tied rows apart, so their
+Maintained: ``row_number``, ``rank``, ``dense_rank``, ``percent_rank``, ``cume_dist``,
+``ntile``, ``lag`` and ``lead`` (constant offset and default), and ``COUNT``, ``SUM``
+(of exact numbers), ``MIN`` and ``MAX`` over the whole partition, a running frame from
+its start or a frame of rows around the current one, partitioned by columns of the
+input and ordered by exact values. Each is checked to give one answer whatever the
+order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile`` and a frame of
+rows bounded by the current row or an offset from it tell tied rows apart, so their
 partition and order columns must hold a unique key of the input (a source table's
 primary key) or all of its columns. Anything else raises ``Unsupported``: Spark
 recomputes the view.
@@ -52,6 +54,8 @@ from deltamv.views.plan import Attr, Expr, short_class
 __all__ = ["WindowOp"]
 
 _RANKS = {"RowNumber": "row_number()", "Rank": "rank()", "DenseRank": "dense_rank()"}
+_DISTRIBUTIONS = {"PercentRank": "percent_rank()", "CumeDist": "cume_dist()"}
+_OFFSETS = {"Lag": "lag", "Lead": "lead"}
 _AGGREGATES = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max"}
 _BOUNDS = {
     "UnboundedPreceding": "UNBOUNDED PRECEDING",
@@ -70,6 +74,15 @@ def _object(value: object) -> str:
     """The short name of a Scala object field (``{"object": "...Descending$"}``)."""
     name = value.get("object", "") if isinstance(value, dict) else str(value)
     return short_class(str(name)).rstrip("$")
+
+
+def _count(e: Expr, what: str, *, least: int) -> int:
+    """A window function's constant count (``ntile(4)``, ``lag(x, 2)``), at least
+    ``least``."""
+    value = e.fields.get("value") if e.kind == "Literal" else None
+    if value is None or not str(value).lstrip("-").isdigit() or int(str(value)) < least:
+        raise Unsupported(f"a window function {what} other than a constant of {least} or more")
+    return int(str(value))
 
 
 def _check_ordered(e: Expr, what: str) -> None:
@@ -149,8 +162,9 @@ class WindowOp(Op):
             text, by_row = self._function(function, spec)
             if by_row and not unique:
                 raise Unsupported(
-                    "a window function that tells tied rows apart (row_number, a frame of"
-                    " ROWS) over an order that does not hold a unique key of its input"
+                    "a window function that tells tied rows apart (row_number, lag, lead,"
+                    " ntile, a frame of ROWS) over an order that does not hold a unique key"
+                    " of its input"
                 )
             self.columns.append(f'CAST({text} OVER ({over}{self._frame(function, spec)})'
                                 f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
@@ -195,6 +209,21 @@ class WindowOp(Op):
         kind = function.kind
         if kind in _RANKS:
             return _RANKS[kind], kind == "RowNumber"
+        if kind in _DISTRIBUTIONS:  # (computed from ranks and partition sizes)
+            return _DISTRIBUTIONS[kind], False
+        if kind == "NTile":
+            return f"ntile({_count(function.children[0], 'ntile of', least=1)})", True
+        if kind in _OFFSETS:
+            if function.fields.get("ignoreNulls"):
+                raise Unsupported(f"the window function {kind} ignoring NULLs")
+            source, offset, default = function.children
+            if default.kind != "Literal":
+                raise Unsupported(
+                    f"the window function {kind} with a default that is not a constant"
+                )
+            fallback = "NULL" if default.fields.get("value") is None else sql(default, col_ref)
+            steps = _count(offset, f"{kind} by", least=0)
+            return f"{_OFFSETS[kind]}({sql(source, col_ref)}, {steps}, {fallback})", True
         if kind != "AggregateExpression":
             raise Unsupported(f"the window function {kind}")
         if function.fields.get("isDistinct"):
@@ -214,24 +243,36 @@ class WindowOp(Op):
             if t in ("float", "double"):
                 raise Unsupported(f"{call.kind.upper()} of {t} values in a window")
         frame = spec.children[-1]
+        # a frame of rows that ends (or starts) at the current row or some rows off it
         by_row = (frame.kind == "SpecifiedWindowFrame"
                   and _object(frame.fields.get("frameType")) == "RowFrame"
-                  and any(short_class(b.kind).rstrip("$") == "CurrentRow"
+                  and any(short_class(b.kind).rstrip("$") == "CurrentRow" or b.kind == "Literal"
                           for b in frame.children))  # fmt: skip
         return f"{_AGGREGATES[call.kind]}({args[0]})", by_row
 
     @staticmethod
     def _frame(function: Expr, spec: Expr) -> str:
-        if function.kind in _RANKS:
-            return ""  # (a ranking function has no frame of its own)
+        if function.kind != "AggregateExpression":
+            return ""  # (ranks, distributions and offsets have no frame of their own)
         frame = spec.children[-1]
         if frame.kind != "SpecifiedWindowFrame":
             raise Unsupported(f"a window frame {frame.kind}")
-        bounds = [_BOUNDS.get(short_class(b.kind).rstrip("$")) for b in frame.children]
-        if len(bounds) != 2 or None in bounds or bounds[0] == "UNBOUNDED FOLLOWING":
-            raise Unsupported("a window frame with an offset")
-        kind = "ROWS" if _object(frame.fields.get("frameType")) == "RowFrame" else "RANGE"
-        return f" {kind} BETWEEN {bounds[0]} AND {bounds[1]}"
+        rows = _object(frame.fields.get("frameType")) == "RowFrame"
+        bounds: list[str] = []
+        for b in frame.children:
+            if b.kind == "Literal" and rows:  # rows before (negative) or after the current
+                n = int(str(b.fields.get("value")))
+                bounds.append("CURRENT ROW" if n == 0 else
+                              f"{-n} PRECEDING" if n < 0 else f"{n} FOLLOWING")  # fmt: skip
+            elif b.kind == "Literal":
+                raise Unsupported("a RANGE window frame with an offset")
+            elif (bound := _BOUNDS.get(short_class(b.kind).rstrip("$"))) is not None:
+                bounds.append(bound)
+            else:
+                raise Unsupported(f"a window frame bounded by {b.kind}")
+        if len(bounds) != 2 or bounds[0] == "UNBOUNDED FOLLOWING":
+            raise Unsupported(f"a window frame between {' and '.join(bounds)}")
+        return f" {'ROWS' if rows else 'RANGE'} BETWEEN {bounds[0]} AND {bounds[1]}"
 
     def children(self) -> tuple[Op, ...]:
         return (self.child,)
