@@ -245,7 +245,8 @@ SHAPES: dict[str, str] = {
     # a row's place among its partition's (ties alike: no key needed), over a join
     "window_distribution": "SELECT t.id, a.region, percent_rank() OVER (PARTITION BY"
     " a.region ORDER BY t.amount) AS pr, cume_dist() OVER (PARTITION BY a.region ORDER BY"
-    " t.amount DESC NULLS LAST) AS cd FROM transfers t JOIN accounts a ON t.src = a.id",
+    " t.amount DESC NULLS LAST) AS cd, AVG(t.amount) OVER (PARTITION BY a.region ORDER BY"
+    " t.amount) AS running_mean FROM transfers t JOIN accounts a ON t.src = a.id",
 }
 
 # name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
@@ -271,6 +272,10 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "SELECT id, SUM(balance) OVER (PARTITION BY owner ORDER BY region RANGE BETWEEN 1"
         " PRECEDING AND CURRENT ROW) AS s FROM accounts",
         "a RANGE window frame with an offset",
+    ),
+    "window_avg_decimal": (
+        "SELECT id, AVG(credit) OVER (PARTITION BY owner) AS a FROM accounts",
+        "AVG of decimal values in a window",
     ),
     "window_double": (
         "SELECT id, rank() OVER (PARTITION BY owner ORDER BY rate) AS r FROM accounts",
