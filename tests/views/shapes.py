@@ -242,6 +242,11 @@ SHAPES: dict[str, str] = {
     " OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS"
     " moving, MIN(opened) OVER (PARTITION BY owner, region ORDER BY id ROWS BETWEEN 1"
     " FOLLOWING AND 3 FOLLOWING) AS ahead FROM accounts",
+    # windows of different partitions, each over the one below (looked up there by
+    # columns that do not partition it: the partitions holding the values, read whole)
+    "two_rankings": "SELECT id, owner, region, rank() OVER (PARTITION BY owner ORDER BY"
+    " balance DESC) AS in_owner, row_number() OVER (PARTITION BY region ORDER BY balance,"
+    " id) AS in_region, SUM(balance) OVER (PARTITION BY active) AS by_active FROM accounts",
     # a row's place among its partition's (ties alike: no key needed), over a join
     "window_distribution": "SELECT t.id, a.region, percent_rank() OVER (PARTITION BY"
     " a.region ORDER BY t.amount) AS pr, cume_dist() OVER (PARTITION BY a.region ORDER BY"

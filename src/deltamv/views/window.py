@@ -350,21 +350,33 @@ class WindowOp(Op):
         # rows looked up by partition columns are whole partitions; other columns of
         # the key (a window partitioned by fewer, below another) filter them after
         inner = self._partition_attrs(attrs)
-        return bool(inner) and self.child.can_lookup(inner)
+        if inner:
+            return self.child.can_lookup(inner)
+        # by none of them (a window below another of other partitions): the input rows
+        # holding the values name the partitions to read whole
+        ids = {a.id for a in self.child.output}
+        return (bool(attrs) and all(a.id in ids for a in attrs)
+                and self.child.can_lookup(attrs) and self.child.can_lookup(self.refs))  # fmt: skip
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
         inner = self._partition_attrs(attrs)
-        if not inner:
-            raise Unsupported("a lookup into a window by other than its partition columns")
         if len(inner) == len(attrs):
             rows = self.child.lookup(b, attrs, keys, new=new, null_safe=null_safe)
             return self._evaluate(b, rows)
-        ids = {a.id for a in inner}
-        flags = [ns for a, ns in zip(attrs, null_safe, strict=True) if a.id in ids]
-        names = [keys.column_names[i] for i, a in enumerate(attrs) if a.id in ids]
-        wanted = keys.select(names).group_by(names).aggregate([])
-        rows = self._evaluate(b, self.child.lookup(b, inner, wanted, new=new, null_safe=flags))
+        if inner:
+            ids = {a.id for a in inner}
+            flags = [ns for a, ns in zip(attrs, null_safe, strict=True) if a.id in ids]
+            names = [keys.column_names[i] for i, a in enumerate(attrs) if a.id in ids]
+            wanted = keys.select(names).group_by(names).aggregate([])
+            rows = self.child.lookup(b, inner, wanted, new=new, null_safe=flags)
+        else:
+            holding = self.child.lookup(b, attrs, keys, new=new, null_safe=null_safe)
+            refs = [r.col for r in self.refs]
+            wanted = holding.select(refs).group_by(refs).aggregate([])
+            rows = self.child.lookup(b, self.refs, wanted, new=new,
+                                     null_safe=[True] * len(self.refs))  # fmt: skip
+        rows = self._evaluate(b, rows)
         on = match_sql(keys, [a.col for a in attrs], null_safe, "d")
         return conform(b.compute.query(
             f"SELECT d.* FROM d WHERE EXISTS (SELECT 1 FROM k WHERE {on})", d=rows, k=keys),
