@@ -95,6 +95,14 @@ EXTRA_VIEWS = {
         "SELECT * FROM (SELECT owner, id, balance, row_number() OVER (PARTITION BY owner"
         " ORDER BY balance DESC, id) AS rn FROM accounts) WHERE rn <= 3"
     ),
+    # every transfer beside its sender's previous one and the sum of its last three (lag
+    # and a moving frame, kept since 2026-11-29 evening; before, a recompute: "the
+    # window function Lag")
+    "sender_steps": (
+        "SELECT id, from_id, amount, lag(amount) OVER (PARTITION BY from_id ORDER BY id)"
+        " AS previous, SUM(amount) OVER (PARTITION BY from_id ORDER BY id ROWS BETWEEN 2"
+        " PRECEDING AND CURRENT ROW) AS last3 FROM transfers"
+    ),
 }
 SHAPES = {
     "global aggregate": "total_balance",
