@@ -278,6 +278,10 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         " PRECEDING AND CURRENT ROW) AS s FROM accounts",
         "a RANGE window frame with an offset",
     ),
+    "lag_backwards": (  # (Spark's lag by -1 is a lead)
+        "SELECT id, lag(balance, -1) OVER (PARTITION BY owner ORDER BY id) AS l FROM accounts",
+        "the window function Lag with an offset that is not a constant of at least 0",
+    ),
     "window_avg_decimal": (
         "SELECT id, AVG(credit) OVER (PARTITION BY owner) AS a FROM accounts",
         "AVG of decimal values in a window",

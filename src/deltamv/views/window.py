@@ -78,10 +78,10 @@ def _object(value: object) -> str:
 
 def _count(e: Expr, what: str, *, least: int) -> int:
     """A window function's constant count (``ntile(4)``, ``lag(x, 2)``), at least
-    ``least``."""
+    ``least``; ``what``: the function and the count, named for the reason."""
     value = e.fields.get("value") if e.kind == "Literal" else None
     if value is None or not str(value).lstrip("-").isdigit() or int(str(value)) < least:
-        raise Unsupported(f"a window function {what} other than a constant of {least} or more")
+        raise Unsupported(f"the window function {what} that is not a constant of at least {least}")
     return int(str(value))
 
 
@@ -212,7 +212,8 @@ class WindowOp(Op):
         if kind in _DISTRIBUTIONS:  # (computed from ranks and partition sizes)
             return _DISTRIBUTIONS[kind], False
         if kind == "NTile":
-            return f"ntile({_count(function.children[0], 'ntile of', least=1)})", True
+            buckets = _count(function.children[0], "NTile with a bucket count", least=1)
+            return f"ntile({buckets})", True
         if kind in _OFFSETS:
             if function.fields.get("ignoreNulls"):
                 raise Unsupported(f"the window function {kind} ignoring NULLs")
@@ -222,7 +223,7 @@ class WindowOp(Op):
                     f"the window function {kind} with a default that is not a constant"
                 )
             fallback = "NULL" if default.fields.get("value") is None else sql(default, col_ref)
-            steps = _count(offset, f"{kind} by", least=0)
+            steps = _count(offset, f"{kind} with an offset", least=0)
             return f"{_OFFSETS[kind]}({sql(source, col_ref)}, {steps}, {fallback})", True
         if kind != "AggregateExpression":
             raise Unsupported(f"the window function {kind}")
