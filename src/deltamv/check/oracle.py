@@ -61,8 +61,8 @@ def version_pairs(
     The expected DataFrame is materialised (cached) before the next version is built,
     since the temp views it reads are replaced per version. A version is read by its
     file list (``engine="files"``): delta-spark's time travel keeps about half a
-    megabyte of heap per version read and takes several times as long, and it reads
-    every version alike (``tests/delta/test_spark_conformance.py``).
+    megabyte of heap per version read and takes several times as long (that delta-spark
+    reads every version the same is ``tests/delta/test_spark_conformance.py``'s check).
     """
     path = config.views[view].path
     for info in delta.versions(path):

@@ -10,9 +10,9 @@ never the whole input.
 
 Maintained: ``row_number``, ``rank``, ``dense_rank``, ``percent_rank``, ``cume_dist``,
 ``ntile``, ``lag`` and ``lead`` (constant offset and default), and ``COUNT``, ``SUM``
-(of exact numbers), ``AVG`` (of integers), ``MIN`` and ``MAX`` over the whole partition, a running frame from
-its start or a frame of rows around the current one, partitioned by columns of the
-input and ordered by exact values. Each is checked to give one answer whatever the
+(of exact numbers), ``AVG`` (of integers), ``MIN`` and ``MAX`` over the whole
+partition, a running frame from its start or a frame of rows around the current one,
+partitioned by columns of the input and ordered by exact values. Each is checked to give one answer whatever the
 order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile`` and a frame of
 rows bounded by the current row or an offset from it tell tied rows apart, so their
 partition and order columns must hold a unique key of the input (a source table's
