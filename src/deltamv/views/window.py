@@ -159,14 +159,15 @@ class WindowOp(Op):
             if inner.kind != "WindowExpression":
                 raise Unsupported(f"a window of {inner.kind}")
             function, spec = inner.children[0], inner.children[1]
-            text, by_row = self._function(function, spec)
-            if by_row and not unique:
+            text, by_row = self._function(function)
+            frame, by_frame = self._frame(function, spec)
+            if (by_row or by_frame) and not unique:
                 raise Unsupported(
                     "a window function that tells tied rows apart (row_number, lag, lead,"
                     " ntile, a frame of ROWS) over an order that does not hold a unique key"
                     " of its input"
                 )
-            self.columns.append(f'CAST({text} OVER ({over}{self._frame(function, spec)})'
+            self.columns.append(f'CAST({text} OVER ({over}{frame})'
                                 f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
         if not child.can_lookup(self.refs):  # (and asks for the index on them)
             raise Unsupported("a window whose partitions cannot be looked up in its input")
@@ -204,8 +205,9 @@ class WindowOp(Op):
         return _Prefix(op, list(reversed(projections)), names[: len(self.refs)], spec)
 
     @staticmethod
-    def _function(function: Expr, spec: Expr) -> tuple[str, bool]:
-        """The function's SQL, and whether it tells tied rows apart."""
+    def _function(function: Expr) -> tuple[str, bool]:
+        """The function's SQL, and whether it tells tied rows apart (an aggregate's
+        frame may: ``_frame``)."""
         kind = function.kind
         if kind in _RANKS:
             return _RANKS[kind], kind == "RowNumber"
@@ -247,18 +249,14 @@ class WindowOp(Op):
                 # (Spark rounds a decimal's average half up at a scale 4 more: the
                 # aggregates' exact arithmetic, not spelled out for frames here)
                 raise Unsupported("AVG of decimal values in a window")
-        frame = spec.children[-1]
-        # a frame of rows that ends (or starts) at the current row or some rows off it
-        by_row = (frame.kind == "SpecifiedWindowFrame"
-                  and _object(frame.fields.get("frameType")) == "RowFrame"
-                  and any(short_class(b.kind).rstrip("$") == "CurrentRow" or b.kind == "Literal"
-                          for b in frame.children))  # fmt: skip
-        return f"{_AGGREGATES[call.kind]}({args[0]})", by_row
+        return f"{_AGGREGATES[call.kind]}({args[0]})", False
 
     @staticmethod
-    def _frame(function: Expr, spec: Expr) -> str:
+    def _frame(function: Expr, spec: Expr) -> tuple[str, bool]:
+        """An aggregate's frame clause, and whether it tells tied rows apart: a frame
+        of rows that ends (or starts) at the current row or some rows off it."""
         if function.kind != "AggregateExpression":
-            return ""  # (ranks, distributions and offsets have no frame of their own)
+            return "", False  # (ranks, distributions and offsets have no frame of their own)
         frame = spec.children[-1]
         if frame.kind != "SpecifiedWindowFrame":
             raise Unsupported(f"a window frame {frame.kind}")
@@ -277,7 +275,8 @@ class WindowOp(Op):
                 raise Unsupported(f"a window frame bounded by {b.kind}")
         if len(bounds) != 2 or bounds[0] == "UNBOUNDED FOLLOWING":
             raise Unsupported(f"a window frame between {' and '.join(bounds)}")
-        return f" {'ROWS' if rows else 'RANGE'} BETWEEN {bounds[0]} AND {bounds[1]}"
+        by_row = rows and any(not b.startswith("UNBOUNDED") for b in bounds)
+        return f" {'ROWS' if rows else 'RANGE'} BETWEEN {bounds[0]} AND {bounds[1]}", by_row
 
     def children(self) -> tuple[Op, ...]:
         return (self.child,)
