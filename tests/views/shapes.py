@@ -235,13 +235,19 @@ SHAPES: dict[str, str] = {
     " balance, dense_rank() OVER (PARTITION BY owner ORDER BY region) AS dr FROM accounts)"
     " WHERE dr = 1 GROUP BY owner",
     # rows a fixed number away in an order holding the key: lag and lead (a constant
-    # default), ntile, frames of rows before and after the current one
+    # default), ntile, frames of rows before and after the current one (empty near the
+    # end), a frame's first and last values (of doubles too; NULLs ignored or not)
     "window_offsets": "SELECT id, owner, lag(balance) OVER (PARTITION BY owner ORDER BY id)"
     " AS prev, lead(credit, 2, 0) OVER (PARTITION BY owner ORDER BY id) AS next2, ntile(2)"
     " OVER (PARTITION BY owner ORDER BY opened NULLS LAST, id DESC) AS half, SUM(balance)"
     " OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS"
     " moving, MIN(opened) OVER (PARTITION BY owner, region ORDER BY id ROWS BETWEEN 1"
-    " FOLLOWING AND 3 FOLLOWING) AS ahead FROM accounts",
+    " FOLLOWING AND 3 FOLLOWING) AS ahead, last(seen) OVER (PARTITION BY owner, region ORDER"
+    " BY id ROWS BETWEEN 1 FOLLOWING AND 3 FOLLOWING) AS ahead_seen, first_value(rate) OVER"
+    " (PARTITION BY owner ORDER BY id) AS first_rate, last_value(balance, true) OVER"
+    " (PARTITION BY owner ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED"
+    " FOLLOWING) AS last_balance, first(credit) IGNORE NULLS OVER (PARTITION BY owner ORDER"
+    " BY id ROWS BETWEEN 1 PRECEDING AND 2 FOLLOWING) AS near_credit FROM accounts",
     # windows of different partitions, each over the one below (looked up there by
     # columns that do not partition it: the partitions holding the values, read whole)
     "two_rankings": "SELECT id, owner, region, rank() OVER (PARTITION BY owner ORDER BY"
@@ -271,6 +277,11 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     ),
     "row_number_tied": (  # which of two tied rows comes first is Spark's row order
         "SELECT id, row_number() OVER (PARTITION BY owner ORDER BY balance) AS rn FROM accounts",
+        "a window function that tells tied rows apart",
+    ),
+    "first_value_tied": (  # the first of tied rows is Spark's row order
+        "SELECT id, first_value(balance) OVER (PARTITION BY owner ORDER BY region) AS f"
+        " FROM accounts",
         "a window function that tells tied rows apart",
     ),
     "window_offset": (

@@ -10,13 +10,14 @@ never the whole input.
 
 Maintained: ``row_number``, ``rank``, ``dense_rank``, ``percent_rank``, ``cume_dist``,
 ``ntile``, ``lag`` and ``lead`` (constant offset and default), and ``COUNT``, ``SUM``
-(of exact numbers), ``AVG`` (of integers), ``MIN`` and ``MAX`` over the whole
-partition, a running frame from its start or a frame of rows around the current one,
-partitioned by columns of the input and ordered by exact values. Each is checked to give one answer whatever the
-order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile`` and a frame of
-rows bounded by the current row or an offset from it tell tied rows apart, so their
-partition and order columns must hold a unique key of the input (a source table's
-primary key) or all of its columns. Anything else raises ``Unsupported``: Spark
+(of exact numbers), ``AVG`` (of integers), ``MIN``, ``MAX``, ``first_value`` and
+``last_value`` (NULLs ignored or not) over the whole partition, a running frame from its
+start or a frame of rows around the current one, partitioned by columns of the input and
+ordered by exact values. Each is checked to give one answer whatever the order of the
+input's rows: ``row_number``, ``lag``, ``lead``, ``ntile``, ``first_value``,
+``last_value`` and a frame of rows bounded by the current row or an offset from it tell
+tied rows apart, so their partition and order columns must hold a unique key of the
+input (a source table's primary key) or all of its columns. Anything else raises ``Unsupported``: Spark
 recomputes the view.
 
 Spark's optimizer puts a ``WindowGroupLimit`` under a rank-like window filtered to its
@@ -57,6 +58,7 @@ _RANKS = {"RowNumber": "row_number()", "Rank": "rank()", "DenseRank": "dense_ran
 _DISTRIBUTIONS = {"PercentRank": "percent_rank()", "CumeDist": "cume_dist()"}
 _OFFSETS = {"Lag": "lag", "Lead": "lead"}
 _AGGREGATES = {"Count": "count", "Sum": "sum", "Min": "min", "Max": "max", "Average": "avg"}
+_VALUES = {"First": "first_value", "Last": "last_value"}  # a row's value: any type
 _BOUNDS = {
     "UnboundedPreceding": "UNBOUNDED PRECEDING",
     "CurrentRow": "CURRENT ROW",
@@ -164,8 +166,8 @@ class WindowOp(Op):
             if (by_row or by_frame) and not unique:
                 raise Unsupported(
                     "a window function that tells tied rows apart (row_number, lag, lead,"
-                    " ntile, a frame of ROWS) over an order that does not hold a unique key"
-                    " of its input"
+                    " ntile, first_value, last_value, a frame of ROWS) over an order that"
+                    " does not hold a unique key of its input"
                 )
             self.columns.append(f'CAST({text} OVER ({over}{frame})'
                                 f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
@@ -232,10 +234,14 @@ class WindowOp(Op):
         if function.fields.get("isDistinct"):
             raise Unsupported("a DISTINCT aggregate in a window")
         call = function.children[0]
-        if call.kind not in _AGGREGATES:
+        if call.kind not in _AGGREGATES and call.kind not in _VALUES:
             raise Unsupported(f"the window function {call.kind}")
         if len(function.children) > 1:
             raise Unsupported("an aggregate with a FILTER in a window")
+        if call.kind in _VALUES:
+            # (which row is first or last in the frame: one row of tied ones)
+            nulls = " IGNORE NULLS" if call.fields.get("ignoreNulls") is True else ""
+            return f"{_VALUES[call.kind]}({sql(call.children[0], col_ref)}{nulls})", True
         args = [sql(a, col_ref) for a in call.children]
         if call.kind == "Count":
             if len(args) != 1:
