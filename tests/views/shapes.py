@@ -235,10 +235,11 @@ SHAPES: dict[str, str] = {
     " balance, dense_rank() OVER (PARTITION BY owner ORDER BY region) AS dr FROM accounts)"
     " WHERE dr = 1 GROUP BY owner",
     # rows a fixed number away in an order holding the key: lag and lead (a constant
-    # default), ntile, frames of rows before and after the current one (empty near the
+    # default; NULLs ignored or not), ntile, frames of rows before and after the current one (empty near the
     # end), a frame's first and last values (of doubles too; NULLs ignored or not)
     "window_offsets": "SELECT id, owner, lag(balance) OVER (PARTITION BY owner ORDER BY id)"
-    " AS prev, lead(credit, 2, 0) OVER (PARTITION BY owner ORDER BY id) AS next2, ntile(2)"
+    " AS prev, lead(credit, 2, 0) OVER (PARTITION BY owner ORDER BY id) AS next2, lag(balance)"
+    " IGNORE NULLS OVER (PARTITION BY owner ORDER BY id) AS prev_known, ntile(2)"
     " OVER (PARTITION BY owner ORDER BY opened NULLS LAST, id DESC) AS half, SUM(balance)"
     " OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) AS"
     " moving, MIN(opened) OVER (PARTITION BY owner, region ORDER BY id ROWS BETWEEN 1"
@@ -269,11 +270,6 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     "window_lag": (  # the row before a tied one is Spark's row order
         "SELECT id, lag(balance) OVER (PARTITION BY owner ORDER BY region) AS l FROM accounts",
         "a window function that tells tied rows apart",
-    ),
-    "lag_ignore_nulls": (
-        "SELECT id, lag(balance) IGNORE NULLS OVER (PARTITION BY owner ORDER BY id) AS l"
-        " FROM accounts",
-        "the window function Lag ignoring NULLs",
     ),
     "row_number_tied": (  # which of two tied rows comes first is Spark's row order
         "SELECT id, row_number() OVER (PARTITION BY owner ORDER BY balance) AS rn FROM accounts",

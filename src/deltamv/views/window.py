@@ -9,16 +9,16 @@ aggregate's touched groups are), so a batch reads the rows of the partitions it 
 never the whole input.
 
 Maintained: ``row_number``, ``rank``, ``dense_rank``, ``percent_rank``, ``cume_dist``,
-``ntile``, ``lag`` and ``lead`` (constant offset and default), and ``COUNT``, ``SUM``
-(of exact numbers), ``AVG`` (of integers), ``MIN``, ``MAX``, ``first_value`` and
-``last_value`` (NULLs ignored or not) over the whole partition, a running frame from its
-start or a frame of rows around the current one, partitioned by columns of the input and
-ordered by exact values. Each is checked to give one answer whatever the order of the
-input's rows: ``row_number``, ``lag``, ``lead``, ``ntile``, ``first_value``,
-``last_value`` and a frame of rows bounded by the current row or an offset from it tell
-tied rows apart, so their partition and order columns must hold a unique key of the
-input (a source table's primary key) or all of its columns. Anything else raises ``Unsupported``: Spark
-recomputes the view.
+``ntile``, ``lag`` and ``lead`` (constant offset and default; NULLs ignored or not), and
+``COUNT``, ``SUM`` (of exact numbers), ``AVG`` (of integers), ``MIN``, ``MAX``,
+``first_value`` and ``last_value`` (NULLs ignored or not) over the whole partition, a
+running frame from its start or a frame of rows around the current one, partitioned by
+columns of the input and ordered by exact values. Each is checked to give one answer
+whatever the order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile``,
+``first_value``, ``last_value`` and a frame of rows bounded by the current row or an
+offset from it tell tied rows apart, so their partition and order columns must hold a
+unique key of the input (a source table's primary key) or all of its columns. Anything
+else raises ``Unsupported``: Spark recomputes the view.
 
 Spark's optimizer puts a ``WindowGroupLimit`` under a rank-like window filtered to its
 first ranks (``WHERE rn <= 3``); it only drops rows early that the filter above drops,
@@ -219,8 +219,6 @@ class WindowOp(Op):
             buckets = _count(function.children[0], "NTile with a bucket count", least=1)
             return f"ntile({buckets})", True
         if kind in _OFFSETS:
-            if function.fields.get("ignoreNulls"):
-                raise Unsupported(f"the window function {kind} ignoring NULLs")
             source, offset, default = function.children
             if default.kind != "Literal":
                 raise Unsupported(
@@ -228,7 +226,9 @@ class WindowOp(Op):
                 )
             fallback = "NULL" if default.fields.get("value") is None else sql(default, col_ref)
             steps = _count(offset, f"{kind} with an offset", least=0)
-            return f"{_OFFSETS[kind]}({sql(source, col_ref)}, {steps}, {fallback})", True
+            # (ignoring NULLs: the offset counts the rows with a value)
+            nulls = " IGNORE NULLS" if function.fields.get("ignoreNulls") is True else ""
+            return f"{_OFFSETS[kind]}({sql(source, col_ref)}, {steps}, {fallback}{nulls})", True
         if kind != "AggregateExpression":
             raise Unsupported(f"the window function {kind}")
         if function.fields.get("isDistinct"):
