@@ -210,7 +210,9 @@ SHAPES: dict[str, str] = {
     "rank_top2": "SELECT * FROM (SELECT owner, id, balance, rank() OVER (PARTITION BY owner"
     " ORDER BY balance DESC) AS r, dense_rank() OVER (PARTITION BY owner ORDER BY balance"
     " DESC) AS dr FROM accounts) WHERE r <= 2",
+    # (AVG of a DECIMAL(10,2): Spark's average in DOUBLE, rounded half up at scale 6)
     "window_sums": "SELECT id, owner, SUM(balance) OVER (PARTITION BY owner) AS s,"
+    " AVG(credit) OVER (PARTITION BY owner) AS avg_credit,"
     " COUNT(balance) OVER (PARTITION BY owner ORDER BY opened, region) AS running_n,"
     " MAX(credit) OVER (PARTITION BY owner, region) AS top,"
     " SUM(credit) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING"
@@ -254,11 +256,13 @@ SHAPES: dict[str, str] = {
     "two_rankings": "SELECT id, owner, region, rank() OVER (PARTITION BY owner ORDER BY"
     " balance DESC) AS in_owner, row_number() OVER (PARTITION BY region ORDER BY balance,"
     " id) AS in_region, SUM(balance) OVER (PARTITION BY active) AS by_active FROM accounts",
-    # a row's place among its partition's (ties alike: no key needed), over a join
+    # a row's place among its partition's (ties alike: no key needed), over a join; AVG
+    # of a DECIMAL(12,3), exact (a sum and a count, rounded half up at scale 7)
     "window_distribution": "SELECT t.id, a.region, percent_rank() OVER (PARTITION BY"
     " a.region ORDER BY t.amount) AS pr, cume_dist() OVER (PARTITION BY a.region ORDER BY"
     " t.amount DESC NULLS LAST) AS cd, AVG(t.amount) OVER (PARTITION BY a.region ORDER BY"
-    " t.amount) AS running_mean FROM transfers t JOIN accounts a ON t.src = a.id",
+    " t.amount) AS running_mean, AVG(t.fee) OVER (PARTITION BY a.region ORDER BY t.amount)"
+    " AS running_fee FROM transfers t JOIN accounts a ON t.src = a.id",
 }
 
 # name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
@@ -288,10 +292,6 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     "lag_backwards": (  # (Spark's lag by -1 is a lead)
         "SELECT id, lag(balance, -1) OVER (PARTITION BY owner ORDER BY id) AS l FROM accounts",
         "the window function Lag with an offset that is not a constant of at least 0",
-    ),
-    "window_avg_decimal": (
-        "SELECT id, AVG(credit) OVER (PARTITION BY owner) AS a FROM accounts",
-        "AVG of decimal values in a window",
     ),
     "window_double": (
         "SELECT id, rank() OVER (PARTITION BY owner ORDER BY rate) AS r FROM accounts",

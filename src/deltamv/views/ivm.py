@@ -1772,7 +1772,7 @@ def _agg_sql(call: AggCall) -> str:
         if dec is not None:
             if call.distinct:
                 raise Unsupported(f"AVG(DISTINCT) of {t} values")
-            return _decimal_avg_sql(args[0], dec, call.dtype)
+            return decimal_avg_sql(args[0], dec, call.dtype)
         return f"CAST(avg({distinct}{args[0]}) AS DOUBLE)"
     raise Unsupported(f"aggregate function {fn}")
 
@@ -1785,12 +1785,13 @@ def _filtered(call: AggCall, arg: str) -> str:
     return f"(CASE WHEN {sql(call.filter, col_ref)} THEN {arg} END)"
 
 
-def _decimal_avg_sql(arg: str, dec: tuple[int, int], dtype: Any) -> str:
+def decimal_avg_sql(arg: str, dec: tuple[int, int], dtype: Any, *, over: str = "") -> str:
     """Spark's AVG of a DECIMAL(p,s) column, exactly, in integer arithmetic (DuckDB divides
     decimals in DOUBLE). Spark divides the sum by the count and rounds the quotient half
     up to the result type, DECIMAL(min(38, p+4), min(38, s+4)); this spells that out on
     the sum's unscaled value, as a quotient and a remainder (overflow, of a sum past
-    HUGEINT, is an error in DuckDB, never a wrong value)."""
+    HUGEINT, is an error in DuckDB, never a wrong value). ``over``: a window clause
+    (`` OVER (...)``) for the sum and count, to average over a window's frame."""
     _, s = dec
     result = decimal_of(dtype)
     assert result is not None
@@ -1802,8 +1803,8 @@ def _decimal_avg_sql(arg: str, dec: tuple[int, int], dtype: Any) -> str:
     unscaled_value = (
         f"CAST(replace(CAST(CAST(({arg}) AS DECIMAL(38,{s})) AS VARCHAR), '.', '') AS HUGEINT)"
     )
-    total = f"sum(CASE WHEN {present} THEN {unscaled_value} END)"
-    n = f"CAST(count(CASE WHEN {present} THEN 1 END) AS HUGEINT)"
+    total = f"sum(CASE WHEN {present} THEN {unscaled_value} END){over}"
+    n = f"CAST(count(CASE WHEN {present} THEN 1 END){over} AS HUGEINT)"
     if rp <= _DOUBLE_AVG_PRECISION:  # as _double_avg: DuckDB's VARCHAR of a DOUBLE is its
         # shortest form, and its cast of text to DECIMAL rounds half up
         value = f"(CAST({total} AS DOUBLE) / CAST({n} AS DOUBLE)) / CAST({10**s} AS DOUBLE)"

@@ -10,15 +10,15 @@ never the whole input.
 
 Maintained: ``row_number``, ``rank``, ``dense_rank``, ``percent_rank``, ``cume_dist``,
 ``ntile``, ``lag`` and ``lead`` (constant offset and default; NULLs ignored or not), and
-``COUNT``, ``SUM`` (of exact numbers), ``AVG`` (of integers), ``MIN``, ``MAX``,
-``first_value`` and ``last_value`` (NULLs ignored or not) over the whole partition, a
-running frame from its start or a frame of rows around the current one, partitioned by
-columns of the input and ordered by exact values. Each is checked to give one answer
-whatever the order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile``,
-``first_value``, ``last_value`` and a frame of rows bounded by the current row or an
-offset from it tell tied rows apart, so their partition and order columns must hold a
-unique key of the input (a source table's primary key) or all of its columns. Anything
-else raises ``Unsupported``: Spark recomputes the view.
+``COUNT``, ``SUM`` (of exact numbers), ``AVG`` (of integers and decimals), ``MIN``,
+``MAX``, ``first_value`` and ``last_value`` (NULLs ignored or not) over the whole
+partition, a running frame from its start or a frame of rows around the current one,
+partitioned by columns of the input and ordered by exact values. Each is checked to give
+one answer whatever the order of the input's rows: ``row_number``, ``lag``, ``lead``,
+``ntile``, ``first_value``, ``last_value`` and a frame of rows bounded by the current
+row or an offset from it tell tied rows apart, so their partition and order columns must
+hold a unique key of the input (a source table's primary key) or all of its columns.
+Anything else raises ``Unsupported``: Spark recomputes the view.
 
 Spark's optimizer puts a ``WindowGroupLimit`` under a rank-like window filtered to its
 first ranks (``WHERE rn <= 3``); it only drops rows early that the filter above drops,
@@ -45,6 +45,7 @@ from deltamv.views.ivm import (
     concat,
     conform,
     consolidate,
+    decimal_avg_sql,
     empty,
     key_attr,
     match_sql,
@@ -85,6 +86,11 @@ def _count(e: Expr, what: str, *, least: int) -> int:
     if value is None or not str(value).lstrip("-").isdigit() or int(str(value)) < least:
         raise Unsupported(f"the window function {what} that is not a constant of at least {least}")
     return int(str(value))
+
+
+def _over(call: str) -> Callable[[str], str]:
+    """A window function's SQL given its window."""
+    return lambda window: f"{call} OVER ({window})"
 
 
 def _check_ordered(e: Expr, what: str) -> None:
@@ -161,7 +167,7 @@ class WindowOp(Op):
             if inner.kind != "WindowExpression":
                 raise Unsupported(f"a window of {inner.kind}")
             function, spec = inner.children[0], inner.children[1]
-            text, by_row = self._function(function)
+            render, by_row = self._function(function, attr.dtype)
             frame, by_frame = self._frame(function, spec)
             if (by_row or by_frame) and not unique:
                 raise Unsupported(
@@ -169,8 +175,8 @@ class WindowOp(Op):
                     " ntile, first_value, last_value, a frame of ROWS) over an order that"
                     " does not hold a unique key of its input"
                 )
-            self.columns.append(f'CAST({text} OVER ({over}{frame})'
-                                f' AS {duck_type(attr.dtype)}) AS "{attr.col}"')  # fmt: skip
+            self.columns.append(f'CAST({render(over + frame)} AS {duck_type(attr.dtype)})'
+                                f' AS "{attr.col}"')  # fmt: skip
         if not child.can_lookup(self.refs):  # (and asks for the index on them)
             raise Unsupported("a window whose partitions cannot be looked up in its input")
         if self.prefix is not None:
@@ -207,17 +213,18 @@ class WindowOp(Op):
         return _Prefix(op, list(reversed(projections)), names[: len(self.refs)], spec)
 
     @staticmethod
-    def _function(function: Expr) -> tuple[str, bool]:
-        """The function's SQL, and whether it tells tied rows apart (an aggregate's
-        frame may: ``_frame``)."""
+    def _function(function: Expr, dtype: object) -> tuple[Callable[[str], str], bool]:
+        """The function's SQL given its window (what goes in ``OVER (...)``), and whether
+        it tells tied rows apart (an aggregate's frame may: ``_frame``); ``dtype``: its
+        result's type."""
         kind = function.kind
         if kind in _RANKS:
-            return _RANKS[kind], kind == "RowNumber"
+            return _over(_RANKS[kind]), kind == "RowNumber"
         if kind in _DISTRIBUTIONS:  # (computed from ranks and partition sizes)
-            return _DISTRIBUTIONS[kind], False
+            return _over(_DISTRIBUTIONS[kind]), False
         if kind == "NTile":
             buckets = _count(function.children[0], "NTile with a bucket count", least=1)
-            return f"ntile({buckets})", True
+            return _over(f"ntile({buckets})"), True
         if kind in _OFFSETS:
             source, offset, default = function.children
             if default.kind != "Literal":
@@ -228,7 +235,9 @@ class WindowOp(Op):
             steps = _count(offset, f"{kind} with an offset", least=0)
             # (ignoring NULLs: the offset counts the rows with a value)
             nulls = " IGNORE NULLS" if function.fields.get("ignoreNulls") is True else ""
-            return f"{_OFFSETS[kind]}({sql(source, col_ref)}, {steps}, {fallback}{nulls})", True
+            return _over(
+                f"{_OFFSETS[kind]}({sql(source, col_ref)}, {steps}, {fallback}{nulls})"
+            ), True
         if kind != "AggregateExpression":
             raise Unsupported(f"the window function {kind}")
         if function.fields.get("isDistinct"):
@@ -241,7 +250,7 @@ class WindowOp(Op):
         if call.kind in _VALUES:
             # (which row is first or last in the frame: one row of tied ones)
             nulls = " IGNORE NULLS" if call.fields.get("ignoreNulls") is True else ""
-            return f"{_VALUES[call.kind]}({sql(call.children[0], col_ref)}{nulls})", True
+            return _over(f"{_VALUES[call.kind]}({sql(call.children[0], col_ref)}{nulls})"), True
         args = [sql(a, col_ref) for a in call.children]
         if call.kind == "Count":
             if len(args) != 1:
@@ -251,11 +260,13 @@ class WindowOp(Op):
             t = result_type(call.children[0])
             if t in ("float", "double"):
                 raise Unsupported(f"{call.kind.upper()} of {t} values in a window")
-            if call.kind == "Average" and decimal_of(t) is not None:
+            dec = decimal_of(t)
+            if call.kind == "Average" and dec is not None:
                 # (Spark rounds a decimal's average half up at a scale 4 more: the
-                # aggregates' exact arithmetic, not spelled out for frames here)
-                raise Unsupported("AVG of decimal values in a window")
-        return f"{_AGGREGATES[call.kind]}({args[0]})", False
+                # aggregates' exact arithmetic, its sum and count over the frame)
+                return (lambda window: decimal_avg_sql(args[0], dec, dtype,
+                                                       over=f" OVER ({window})")), False  # fmt: skip
+        return _over(f"{_AGGREGATES[call.kind]}({args[0]})"), False
 
     @staticmethod
     def _frame(function: Expr, spec: Expr) -> tuple[str, bool]:
