@@ -210,13 +210,15 @@ SHAPES: dict[str, str] = {
     "rank_top2": "SELECT * FROM (SELECT owner, id, balance, rank() OVER (PARTITION BY owner"
     " ORDER BY balance DESC) AS r, dense_rank() OVER (PARTITION BY owner ORDER BY balance"
     " DESC) AS dr FROM accounts) WHERE r <= 2",
-    # (AVG of a DECIMAL(10,2): Spark's average in DOUBLE, rounded half up at scale 6)
+    # (AVG of a DECIMAL(10,2): Spark's average in DOUBLE, rounded half up at scale 6;
+    # a RANGE frame of values around the current one's)
     "window_sums": "SELECT id, owner, SUM(balance) OVER (PARTITION BY owner) AS s,"
     " AVG(credit) OVER (PARTITION BY owner) AS avg_credit,"
     " COUNT(balance) OVER (PARTITION BY owner ORDER BY opened, region) AS running_n,"
     " MAX(credit) OVER (PARTITION BY owner, region) AS top,"
     " SUM(credit) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING"
-    " AND CURRENT ROW) AS running_credit FROM accounts",
+    " AND CURRENT ROW) AS running_credit, SUM(balance) OVER (PARTITION BY owner ORDER BY"
+    " region DESC RANGE BETWEEN 1 PRECEDING AND 2 FOLLOWING) AS near_regions FROM accounts",
     # the first ranks read from the mirror's index, by a date and a string (NULLs placed
     # as asked, ties across the limit); behind a filter, whole partitions are read
     "first_opened": "SELECT * FROM (SELECT region, id, owner, opened, rank() OVER"
@@ -257,12 +259,15 @@ SHAPES: dict[str, str] = {
     " balance DESC) AS in_owner, row_number() OVER (PARTITION BY region ORDER BY balance,"
     " id) AS in_region, SUM(balance) OVER (PARTITION BY active) AS by_active FROM accounts",
     # a row's place among its partition's (ties alike: no key needed), over a join; AVG
-    # of a DECIMAL(12,3), exact (a sum and a count, rounded half up at scale 7)
+    # of a DECIMAL(12,3), exact (a sum and a count, rounded half up at scale 7); a RANGE
+    # frame of an interval of time
     "window_distribution": "SELECT t.id, a.region, percent_rank() OVER (PARTITION BY"
     " a.region ORDER BY t.amount) AS pr, cume_dist() OVER (PARTITION BY a.region ORDER BY"
     " t.amount DESC NULLS LAST) AS cd, AVG(t.amount) OVER (PARTITION BY a.region ORDER BY"
     " t.amount) AS running_mean, AVG(t.fee) OVER (PARTITION BY a.region ORDER BY t.amount)"
-    " AS running_fee FROM transfers t JOIN accounts a ON t.src = a.id",
+    " AS running_fee, COUNT(*) OVER (PARTITION BY a.region ORDER BY a.seen RANGE BETWEEN"
+    " INTERVAL '0 00:00:00.000001' DAY TO SECOND PRECEDING AND CURRENT ROW) AS"
+    " within_a_microsecond FROM transfers t JOIN accounts a ON t.src = a.id",
 }
 
 # name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
@@ -285,9 +290,9 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         "a window function that tells tied rows apart",
     ),
     "window_offset": (
-        "SELECT id, SUM(balance) OVER (PARTITION BY owner ORDER BY region RANGE BETWEEN 1"
+        "SELECT id, COUNT(*) OVER (PARTITION BY owner ORDER BY credit RANGE BETWEEN 1.5"
         " PRECEDING AND CURRENT ROW) AS s FROM accounts",
-        "a RANGE window frame with an offset",
+        "a RANGE window frame with an offset of type decimal(10,2)",
     ),
     "lag_backwards": (  # (Spark's lag by -1 is a lead)
         "SELECT id, lag(balance, -1) OVER (PARTITION BY owner ORDER BY id) AS l FROM accounts",

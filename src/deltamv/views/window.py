@@ -12,13 +12,14 @@ Maintained: ``row_number``, ``rank``, ``dense_rank``, ``percent_rank``, ``cume_d
 ``ntile``, ``lag`` and ``lead`` (constant offset and default; NULLs ignored or not), and
 ``COUNT``, ``SUM`` (of exact numbers), ``AVG`` (of integers and decimals), ``MIN``,
 ``MAX``, ``first_value`` and ``last_value`` (NULLs ignored or not) over the whole
-partition, a running frame from its start or a frame of rows around the current one,
-partitioned by columns of the input and ordered by exact values. Each is checked to give
-one answer whatever the order of the input's rows: ``row_number``, ``lag``, ``lead``,
-``ntile``, ``first_value``, ``last_value`` and a frame of rows bounded by the current
-row or an offset from it tell tied rows apart, so their partition and order columns must
-hold a unique key of the input (a source table's primary key) or all of its columns.
-Anything else raises ``Unsupported``: Spark recomputes the view.
+partition, a running frame from its start, or a frame of rows or of order values (an
+integer or an interval of time away) around the current one, partitioned by columns of
+the input and ordered by exact values. Each is checked to give one answer whatever the
+order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile``,
+``first_value``, ``last_value`` and a frame of rows bounded by the current row or an
+offset from it tell tied rows apart, so their partition and order columns must hold a
+unique key of the input (a source table's primary key) or all of its columns. Anything
+else raises ``Unsupported``: Spark recomputes the view.
 
 Spark's optimizer puts a ``WindowGroupLimit`` under a rank-like window filtered to its
 first ranks (``WHERE rn <= 3``); it only drops rows early that the filter above drops,
@@ -86,6 +87,22 @@ def _count(e: Expr, what: str, *, least: int) -> int:
     if value is None or not str(value).lstrip("-").isdigit() or int(str(value)) < least:
         raise Unsupported(f"the window function {what} that is not a constant of at least {least}")
     return int(str(value))
+
+
+def _range_offset(bound: Expr) -> str:
+    """A ``RANGE`` frame's bound a number of values, or an interval of time, before
+    (negative) or after the current row's order value."""
+    value, t = str(bound.fields.get("value")), str(result_type(bound))
+    if not value.lstrip("-").isdigit():
+        raise Unsupported(f"a RANGE window frame with an offset of type {t}")
+    n = value.lstrip("-")
+    if t.startswith("interval") and ("year" in t or "month" in t):
+        n = f"to_months({n})"
+    elif t.startswith("interval"):  # (a day-time interval is held in microseconds)
+        n = f"to_microseconds({n})"
+    elif t not in ("byte", "short", "integer", "long"):
+        raise Unsupported(f"a RANGE window frame with an offset of type {t}")
+    return f"{n} {'PRECEDING' if value.startswith('-') else 'FOLLOWING'}"
 
 
 def _over(call: str) -> Callable[[str], str]:
@@ -284,8 +301,8 @@ class WindowOp(Op):
                 n = int(str(b.fields.get("value")))
                 bounds.append("CURRENT ROW" if n == 0 else
                               f"{-n} PRECEDING" if n < 0 else f"{n} FOLLOWING")  # fmt: skip
-            elif b.kind == "Literal":
-                raise Unsupported("a RANGE window frame with an offset")
+            elif b.kind == "Literal":  # values before (negative) or after the current one
+                bounds.append(_range_offset(b))
             elif (bound := _BOUNDS.get(short_class(b.kind).rstrip("$"))) is not None:
                 bounds.append(bound)
             else:
