@@ -258,8 +258,10 @@ def _truncated(e: Expr, fmt: Expr, value: str) -> str:
 
 def _divided(dividend: str, op: str, divisor: str, duck: str) -> str:
     """``dividend op divisor`` as ``duck``, failing on a zero divisor as Spark's ANSI
-    mode does."""
-    return (f"(CASE WHEN {divisor} = 0 THEN error('[DIVIDE_BY_ZERO] Division by zero')"
+    mode does: only where the dividend is not NULL (Spark looks at it before it fails;
+    NULL / 0 is NULL, as a LEFT JOIN's padded row divided by a column of 0 is)."""
+    return (f"(CASE WHEN {divisor} = 0 AND ({dividend}) IS NOT NULL"
+            " THEN error('[DIVIDE_BY_ZERO] Division by zero')"
             f" ELSE CAST({dividend} {op} {divisor} AS {duck}) END)")  # fmt: skip
 
 
