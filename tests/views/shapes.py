@@ -200,6 +200,11 @@ SHAPES: dict[str, str] = {
     " FROM transfers t JOIN accounts a ON t.src = a.id GROUP BY a.owner",
     "global_join_agg": "SELECT COUNT(*) AS c, COUNT(a.id) AS matched FROM transfers t"
     " LEFT JOIN accounts a ON t.dst = a.id",
+    # existence joins (an EXISTS beside another condition, or as a value): every left
+    # row, flagged; a condition beyond the keys, a null-safe key
+    "exists_beside": "SELECT a.id, a.owner, EXISTS (SELECT 1 FROM transfers t WHERE t.dst ="
+    " a.id AND t.amount > a.balance) AS outbid FROM accounts a WHERE a.active OR NOT EXISTS"
+    " (SELECT 1 FROM transfers t WHERE t.owner <=> a.owner)",
     # window functions over the partitions a batch touched: the latest row per key
     # (row_number over an order holding the primary key; a NULL owner is one partition;
     # Spark puts a WindowGroupLimit under it), ties ranked alike, whole-partition and

@@ -14,7 +14,8 @@ The rules, with ``X`` an input's state before the batch, ``X'`` after, ``dX`` it
   other side's state by the join key (through the mirrors' indexes), never a scan; an
   outer join also recomputes, for the keys the batch touched, which rows are padded
   with NULLs (a row gains its padding when its last match leaves and loses it when the
-  first arrives); a semi or anti join likewise recomputes membership for touched keys;
+  first arrives); a semi or anti join likewise recomputes membership for touched keys,
+  and an existence join (an EXISTS beside another condition) flags every row by it;
 - a cross join of single-row inputs (global aggregates) recomputes its one row;
 - an aggregate of COUNT, SUM and AVG over exact numbers keeps per group the row count and
   exact sums (state in SQLite), so a group whose last row leaves disappears (its count,
@@ -649,7 +650,11 @@ def key_attr(e: Expr, side: Sequence[Attr]) -> Attr | None:
 
 
 class JoinOp(Op):
-    def __init__(self, left: Op, right: Op, kind: str, condition: Expr | None) -> None:
+    def __init__(self, left: Op, right: Op, kind: str, condition: Expr | None,
+                 flag: Attr | None = None) -> None:  # fmt: skip
+        """``kind``: inner, left, right, full, semi, anti, or exists (Spark's existence
+        join, of an EXISTS or IN beside another condition: every left row, with ``flag``
+        true where it has a match)."""
         self.left, self.right, self.kind = left, right, kind
         self.tables = left.tables | right.tables
         left_ids = {a.id for a in left.output}
@@ -672,6 +677,10 @@ class JoinOp(Op):
         self.residual = [sql(r, col_ref) for r in residual]
         if kind in ("semi", "anti"):
             self.output = left.output
+        elif kind == "exists":
+            assert flag is not None
+            self.flag = flag
+            self.output = (*left.output, flag)
         else:
             self.output = left.output + right.output
         self.small = left.small and right.small and kind == "inner"
@@ -894,6 +903,11 @@ class JoinOp(Op):
             return self._side_delta(
                 b, "left", dl, dr, keep="matched" if self.kind == "semi" else "unmatched"
             )
+        if self.kind == "exists":  # the semi join's change flagged true, the anti's false
+            matched = self._side_delta(b, "left", dl, dr, keep="matched")
+            unmatched = self._side_delta(b, "left", dl, dr, keep="unmatched")
+            return concat([self._flagged(matched, True), self._flagged(unmatched, False)],
+                          self.output)  # fmt: skip
         parts = [self._inner_delta(b, dl, dr)]
         if self.kind in ("left", "full"):
             pad = self._side_delta(b, "left", dl, dr, keep="unmatched")
@@ -902,6 +916,15 @@ class JoinOp(Op):
             pad = self._side_delta(b, "right", dl, dr, keep="unmatched")
             parts.append(None if pad is None else self._pad(pad, "right"))
         return concat(parts, self.output)
+
+    def _flagged(self, rows: pa.Table | None, value: bool) -> pa.Table | None:
+        """Left rows with an existence join's flag set to ``value``."""
+        if rows is None:
+            return None
+        columns = {a.col: rows.column(a.col) for a in self.left.output}
+        columns[self.flag.col] = pa.array([value] * rows.num_rows, pa.bool_())
+        columns[W] = rows.column(W)
+        return pa.table(columns)
 
     def _product(self, b: Batch, *, new: bool) -> pa.Table:
         left, right = self.left.whole(b, new=new), self.right.whole(b, new=new)
@@ -919,7 +942,9 @@ class JoinOp(Op):
         if not attrs or not self.lkeys:
             return False
         left_ids = {a.id for a in self.left.output}
-        if all(a.id in left_ids for a in attrs) and self.kind in ("inner", "left", "semi", "anti"):
+        if all(a.id in left_ids for a in attrs) and self.kind in (
+            "inner", "left", "semi", "anti", "exists"
+        ):  # fmt: skip
             return self.left.can_lookup(attrs)
         right_ids = {a.id for a in self.right.output}
         if all(a.id in right_ids for a in attrs) and self.kind in ("inner", "right"):
@@ -938,6 +963,10 @@ class JoinOp(Op):
                 return conform(self._matched(b, rows, other), self.output)
             if self.kind == "anti":
                 return conform(self._unmatched(b, rows, other, rows_left=True), self.output)
+            if self.kind == "exists":
+                flagged = [self._flagged(self._matched(b, rows, other), True),
+                           self._flagged(self._unmatched(b, rows, other, rows_left=True), False)]  # fmt: skip
+                return concat(flagged, self.output) or empty(self.output)
             parts = [self._pairs(b, rows, other)]
             if self.kind == "left":
                 parts.append(self._pad(self._unmatched(b, rows, other, rows_left=True), "left"))
@@ -959,6 +988,9 @@ class JoinOp(Op):
             return (
                 f"SELECT l.* FROM ({left}) l WHERE {exists} (SELECT 1 FROM ({right}) r WHERE {on})"
             )
+        if self.kind == "exists":
+            return (f'SELECT {_cols(self.left.output, "l.")}, EXISTS (SELECT 1 FROM ({right}) r'
+                    f' WHERE {on}) AS "{self.flag.col}", l."{W}" AS "{W}" FROM ({left}) l')  # fmt: skip
         join = {"inner": "JOIN", "left": "LEFT JOIN", "right": "RIGHT JOIN", "full": "FULL JOIN"}[
             self.kind
         ]
@@ -1954,10 +1986,16 @@ def compile_view(
             exprs = f.get("projectList") or ()
             return ProjectOp(child, list(zip(node.output, exprs, strict=True)))
         if kind == "Join":
-            join_type = short_class(str((f.get("joinType") or {}).get("object", "")))
+            # (an object, as Inner$; or a class with fields, as ExistenceJoin: an EXISTS
+            # beside another condition, its row's flag)
+            of = f.get("joinType") or {}
+            join_type = short_class(str(of.get("object") or of.get("product-class") or "?"))
+            if join_type == "ExistenceJoin":  # (its flag: the join's last column)
+                return JoinOp(build(node.children[0]), build(node.children[1]), "exists",
+                              f.get("condition"), flag=node.output[-1])  # fmt: skip
             mode = _JOIN_KINDS.get(join_type)
             if mode is None:
-                raise Unsupported(f"a {join_type.rstrip('$')} join")
+                raise Unsupported(f"a join of kind {join_type.rstrip('$')}")
             return JoinOp(
                 build(node.children[0]), build(node.children[1]), mode, f.get("condition")
             )
