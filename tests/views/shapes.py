@@ -134,10 +134,13 @@ SHAPES: dict[str, str] = {
     # a computed group key (no lookup by group needed: nothing is read again)
     "distinct_computed": "SELECT balance % 3 AS m, COUNT(DISTINCT owner) AS d,"
     " COUNT(*) AS n FROM accounts GROUP BY balance % 3",
-    # projections and filters: CASE, COALESCE, arithmetic, types
+    # projections and filters: CASE, COALESCE, arithmetic, bitwise operators, sqrt (of
+    # negative numbers, NaN and -0.0 too), types
     "project": "SELECT id * 2 AS x, CASE WHEN balance > 50 THEN 'hi' ELSE owner END AS y,"
     " balance % 7 AS z, COALESCE(balance, -1) + region AS w, credit * 2 AS c2,"
-    " NOT active AS inactive FROM accounts WHERE owner IS NOT NULL OR balance > 10",
+    " NOT active AS inactive, region & 3 AS b_and, balance | 6 AS b_or, region ^ balance AS"
+    " b_xor, ~region AS b_not, sqrt(balance) AS root, sqrt(rate) AS rate_root FROM accounts"
+    " WHERE owner IS NOT NULL OR balance > 10",
     "project_types": "SELECT id, opened, seen, credit + 1.5 AS c, owner || '!' AS o,"
     " length(owner) AS l, COALESCE(active, FALSE) AS a FROM accounts"
     " WHERE opened >= DATE '2024-01-02' OR seen < TIMESTAMP '2024-01-01 12:00:00'",

@@ -130,6 +130,10 @@ def result_type(e: Expr) -> Any:
         return "integer"
     if kind == "TruncTimestamp":
         return "timestamp"
+    if kind == "Sqrt":
+        return "double"
+    if kind in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"):
+        return result_type(e.children[0])
     raise Unsupported(f"expression {kind}")
 
 
@@ -485,7 +489,25 @@ def sql(e: Expr, col: Callable[[int], str]) -> str:
         return f"CAST({sub(0)} + CAST({sub(1)} AS INTEGER) AS DATE)"
     if kind == "DateSub":
         return f"CAST({sub(0)} - CAST({sub(1)} AS INTEGER) AS DATE)"
+    if kind == "Sqrt":  # (correctly rounded in both; of a negative number NaN in both)
+        return f"sqrt(CAST({sub(0)} AS DOUBLE))"
+    if kind in _BITWISE:
+        t = result_type(e)
+        if t not in _INTEGRAL:
+            raise Unsupported(f"{kind} of {t} values")
+        return (
+            f"CAST({_BITWISE[kind].format(*(sub(i) for i in range(len(kids))))} AS {duck_type(t)})"
+        )
     raise Unsupported(f"expression {kind}")
+
+
+# Spark's bitwise operators on integers (&, |, ^, ~), of two's complement in both engines.
+_BITWISE = {
+    "BitwiseAnd": "({} & {})",
+    "BitwiseOr": "({} | {})",
+    "BitwiseXor": "xor({}, {})",
+    "BitwiseNot": "(~{})",
+}
 
 
 def _pmod(e: Expr, value: str, divisor: str) -> str:
