@@ -170,6 +170,13 @@ SHAPES: dict[str, str] = {
     " FULL JOIN transfers t ON a.owner = t.owner",
     "full_join_nullsafe": "SELECT a.id, t.id AS tid FROM accounts a FULL JOIN transfers t"
     " ON a.owner <=> t.owner AND a.id = t.src",
+    # outer joins chained: the lower one looked up by `=` on its padded side's columns
+    # (its padded rows match no key) or on its preserved side's (rows and padding)
+    "left_chain": "SELECT a.id, t.id AS tid, b.id AS bid, b.owner FROM accounts a LEFT JOIN"
+    " transfers t ON t.src = a.id LEFT JOIN accounts b ON b.id = t.dst AND b.balance >"
+    " t.amount",
+    "full_then_left": "SELECT a.id, t.id AS tid, b.id AS bid FROM accounts a FULL JOIN"
+    " transfers t ON t.src = a.id LEFT JOIN accounts b ON b.owner = a.owner AND b.id <> a.id",
     # semi and anti joins
     "semi_in": "SELECT a.id, a.owner FROM accounts a WHERE a.id IN (SELECT src FROM transfers)",
     "semi_exists": "SELECT a.id FROM accounts a WHERE EXISTS (SELECT 1 FROM transfers t"
@@ -280,6 +287,11 @@ SHAPES: dict[str, str] = {
 
 # name -> (SQL, the reason the classifier must give): shapes outside the rules, recomputed.
 RECOMPUTE: dict[str, tuple[str, str]] = {
+    "left_chain_nullsafe": (  # (the padded rows would all match a NULL)
+        "SELECT a.id, t.id AS tid, b.id AS bid FROM accounts a LEFT JOIN transfers t ON"
+        " t.src = a.id LEFT JOIN accounts b ON b.owner <=> t.owner",
+        "a join whose inputs cannot be looked up by the join key",
+    ),
     "window": (
         "SELECT id, row_number() OVER (ORDER BY balance, id) AS rn FROM accounts",
         "a window function without PARTITION BY",

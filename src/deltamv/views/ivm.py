@@ -232,7 +232,11 @@ class Op(abc.ABC):
     def delta(self, b: Batch) -> pa.Table | None:
         """The operator's change in batch ``b`` (a Z-set), or None for no change."""
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
+        """Whether :meth:`lookup` can find rows by ``attrs`` (asking for the indexes it
+        needs). ``strict``: only ever by values that match no NULL (``null_safe`` all
+        false), as a join by ``=`` looks up, which an outer join's side padded with
+        NULLs can answer: its padded rows match none."""
         return False
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
@@ -316,7 +320,7 @@ class ScanOp(Op):
             return None
         return conform(self.rows_as_attrs(change), self.output)
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         ids = {a.id for a in self.output}
         if not all(a.id in ids for a in attrs):
             return False
@@ -409,8 +413,8 @@ class FilterOp(Op):
         rows, relation = self.child.stream(b)
         return rows, f"(SELECT * FROM {relation} WHERE {self.cond})"
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
-        return self.child.can_lookup(attrs)
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
+        return self.child.can_lookup(attrs, strict=strict)
 
     def unique_keys(self) -> list[frozenset[int]]:
         return self.child.unique_keys()
@@ -468,9 +472,9 @@ class ProjectOp(Op):
         found = [self.passthrough.get(a.id) for a in attrs]
         return None if any(f is None for f in found) else [f for f in found if f is not None]
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         inner = self.inner_attrs(attrs)
-        return inner is not None and self.child.can_lookup(inner)
+        return inner is not None and self.child.can_lookup(inner, strict=strict)
 
     def unique_keys(self) -> list[frozenset[int]]:
         out: dict[int, list[int]] = {}
@@ -540,10 +544,10 @@ class ExpandOp(Op):
     def delta(self, b: Batch) -> pa.Table | None:
         return self.apply(b, self.child.delta(b))
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         inner = [self.passthrough.get(a.id) for a in attrs]
         return all(i is not None for i in inner) and self.child.can_lookup(
-            [i for i in inner if i is not None])  # fmt: skip
+            [i for i in inner if i is not None], strict=strict)  # fmt: skip
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
@@ -593,12 +597,13 @@ class UnionOp(Op):
         position = {o.id: k for k, o in enumerate(self.output)}
         return [self.inputs[index].output[position[a.id]] for a in attrs]
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         ids = {o.id for o in self.output}
         if not attrs or not all(a.id in ids for a in attrs):
             return False
         # (each input asked, so that each prepares the index it needs)
-        found = [op.can_lookup(self._inner(i, attrs)) for i, op in enumerate(self.inputs)]
+        found = [op.can_lookup(self._inner(i, attrs), strict=strict)
+                 for i, op in enumerate(self.inputs)]  # fmt: skip
         return all(found)
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
@@ -696,7 +701,11 @@ class JoinOp(Op):
             self.rattrs = [key_attr(k, right.output) for k in self.rkeys]
             if any(a is None for a in self.lattrs) or any(a is None for a in self.rattrs):
                 raise Unsupported("a join on computed keys")
-            if not left.can_lookup(self.lattrs) or not right.can_lookup(self.rattrs):  # type: ignore[arg-type]
+            strict = not any(self.null_safe)  # (a key of NULL: no match, no lookup)
+            lattrs = [a for a in self.lattrs if a is not None]
+            rattrs = [a for a in self.rattrs if a is not None]
+            if not (left.can_lookup(lattrs, strict=strict)
+                    and right.can_lookup(rattrs, strict=strict)):  # fmt: skip
                 raise Unsupported("a join whose inputs cannot be looked up by the join key")
 
     def _key(self, left: Expr, right: Expr, kind: str) -> None:
@@ -938,17 +947,22 @@ class JoinOp(Op):
             raise Unsupported("a full evaluation of a join")
         return self._product(b, new=new)
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
+        # By one side's columns: that side's rows and their matches (or padding). Where
+        # the other side is preserved, its padded rows hold NULLs there: a strict
+        # lookup finds none of them, a null-safe one would need them all.
         if not attrs or not self.lkeys:
             return False
         left_ids = {a.id for a in self.left.output}
-        if all(a.id in left_ids for a in attrs) and self.kind in (
+        if all(a.id in left_ids for a in attrs) and (self.kind in (
             "inner", "left", "semi", "anti", "exists"
-        ):  # fmt: skip
-            return self.left.can_lookup(attrs)
+        ) or (strict and self.kind in ("right", "full"))):  # fmt: skip
+            return self.left.can_lookup(attrs, strict=strict)
         right_ids = {a.id for a in self.right.output}
-        if all(a.id in right_ids for a in attrs) and self.kind in ("inner", "right"):
-            return self.right.can_lookup(attrs)
+        if all(a.id in right_ids for a in attrs) and (
+            self.kind in ("inner", "right") or (strict and self.kind in ("left", "full"))
+        ):
+            return self.right.can_lookup(attrs, strict=strict)
         return False
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
@@ -968,7 +982,7 @@ class JoinOp(Op):
                            self._flagged(self._unmatched(b, rows, other, rows_left=True), False)]  # fmt: skip
                 return concat(flagged, self.output) or empty(self.output)
             parts = [self._pairs(b, rows, other)]
-            if self.kind == "left":
+            if self.kind in ("left", "full"):
                 parts.append(self._pad(self._unmatched(b, rows, other, rows_left=True), "left"))
             return concat(parts, self.output) or empty(self.output)
         rows = self.right.lookup(b, attrs, keys, new=new, null_safe=null_safe)
@@ -976,7 +990,7 @@ class JoinOp(Op):
             return empty(self.output)
         other = self._probe_left(b, rows, new=new)
         parts = [self._pairs(b, other, rows)]
-        if self.kind == "right":
+        if self.kind in ("right", "full"):
             parts.append(self._pad(self._unmatched(b, rows, other, rows_left=False), "right"))
         return concat(parts, self.output) or empty(self.output)
 
@@ -1724,7 +1738,7 @@ class AggregateOp(Op):
                 states = self._zero_state().append_column(ROWID, pa.array([None], pa.int64()))
         return self._finalize(b, states.drop_columns([ROWID]), 1)
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         if not attrs or not all(a.id in self.out_group for a in attrs):
             return False
         if self.kept:
@@ -1732,7 +1746,7 @@ class AggregateOp(Op):
                 self.state.ensure_index([f"g{self.out_group[a.id]}" for a in attrs])
             return True
         refs = [self.group_refs[self.out_group[a.id]] for a in attrs]
-        return all(r is not None for r in refs) and self.child.can_lookup(refs)  # type: ignore[arg-type]
+        return all(r is not None for r in refs) and self.child.can_lookup(refs, strict=strict)  # type: ignore[arg-type]
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip

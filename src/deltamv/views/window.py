@@ -380,17 +380,18 @@ class WindowOp(Op):
         ids = {r.id for r in self.refs}
         return [a for a in attrs if a.id in ids]
 
-    def can_lookup(self, attrs: Sequence[Attr]) -> bool:
+    def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         # rows looked up by partition columns are whole partitions; other columns of
         # the key (a window partitioned by fewer, below another) filter them after
         inner = self._partition_attrs(attrs)
         if inner:
-            return self.child.can_lookup(inner)
+            return self.child.can_lookup(inner, strict=strict)
         # by none of them (a window below another of other partitions): the input rows
         # holding the values name the partitions to read whole
         ids = {a.id for a in self.child.output}
         return (bool(attrs) and all(a.id in ids for a in attrs)
-                and self.child.can_lookup(attrs) and self.child.can_lookup(self.refs))  # fmt: skip
+                and self.child.can_lookup(attrs, strict=strict)
+                and self.child.can_lookup(self.refs))  # fmt: skip
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
