@@ -103,6 +103,19 @@ EXTRA_VIEWS = {
         " AS previous, SUM(amount) OVER (PARTITION BY from_id ORDER BY id ROWS BETWEEN 2"
         " PRECEDING AND CURRENT ROW) AS last3 FROM transfers"
     ),
+    # outer joins chained on the padded side's column (kept since 2026-11-29, session 52;
+    # before, a recompute: "a join whose inputs cannot be looked up by the join key"):
+    # every account, each transfer it sent, and the receiver's owner
+    "sent_to_owner": (
+        "SELECT a.id, t.id AS transfer, r.owner AS receiver FROM accounts a LEFT JOIN"
+        " transfers t ON t.from_id = a.id LEFT JOIN accounts r ON r.id = t.to_id"
+    ),
+    # an EXISTS beside another condition (an existence join, kept since session 52;
+    # before, a recompute: "a  join"): rich accounts, or ones that received a transfer
+    "rich_or_paid": (
+        "SELECT id, owner FROM accounts a WHERE balance > 1000"
+        " OR EXISTS (SELECT 1 FROM transfers t WHERE t.to_id = a.id)"
+    ),
 }
 SHAPES = {
     "global aggregate": "total_balance",
