@@ -309,6 +309,11 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
         " FROM accounts",
         "a window function that tells tied rows apart",
     ),
+    "window_frame_inverted": (  # (an empty frame in Spark; DuckDB refuses to read it)
+        "SELECT id, COUNT(*) OVER (PARTITION BY owner ORDER BY seen RANGE BETWEEN CURRENT ROW"
+        " AND INTERVAL '1' HOUR PRECEDING) AS c FROM accounts",
+        "a window frame that starts at or after the current row and ends before it",
+    ),
     "window_offset": (
         "SELECT id, COUNT(*) OVER (PARTITION BY owner ORDER BY credit RANGE BETWEEN 1.5"
         " PRECEDING AND CURRENT ROW) AS s FROM accounts",

@@ -309,6 +309,12 @@ class WindowOp(Op):
                 raise Unsupported(f"a window frame bounded by {b.kind}")
         if len(bounds) != 2 or bounds[0] == "UNBOUNDED FOLLOWING":
             raise Unsupported(f"a window frame between {' and '.join(bounds)}")
+        # (Spark lets an interval's frame start after the current row and end before it,
+        # an empty frame; DuckDB refuses to read such a frame)
+        after = ("CURRENT ROW", "FOLLOWING")
+        if bounds[0].endswith(after) and bounds[1].endswith("PRECEDING"):
+            raise Unsupported("a window frame that starts at or after the current row and"
+                              " ends before it")  # fmt: skip
         by_row = rows and any(not b.startswith("UNBOUNDED") for b in bounds)
         return f" {'ROWS' if rows else 'RANGE'} BETWEEN {bounds[0]} AND {bounds[1]}", by_row
 
