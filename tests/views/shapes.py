@@ -233,7 +233,9 @@ SHAPES: dict[str, str] = {
     " MAX(credit) OVER (PARTITION BY owner, region) AS top,"
     " SUM(credit) OVER (PARTITION BY owner ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING"
     " AND CURRENT ROW) AS running_credit, SUM(balance) OVER (PARTITION BY owner ORDER BY"
-    " region DESC RANGE BETWEEN 1 PRECEDING AND 2 FOLLOWING) AS near_regions FROM accounts",
+    " region DESC RANGE BETWEEN 1 PRECEDING AND 2 FOLLOWING) AS near_regions, COUNT(*) OVER"
+    " (PARTITION BY owner ORDER BY region DESC RANGE BETWEEN 0 PRECEDING AND CURRENT ROW) AS"
+    " peers FROM accounts",
     # the first ranks read from the mirror's index, by a date and a string (NULLs placed
     # as asked, ties across the limit); behind a filter, whole partitions are read
     "first_opened": "SELECT * FROM (SELECT region, id, owner, opened, rank() OVER"
@@ -312,7 +314,8 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     "window_frame_inverted": (  # (an empty frame in Spark; DuckDB refuses to read it)
         "SELECT id, COUNT(*) OVER (PARTITION BY owner ORDER BY seen RANGE BETWEEN CURRENT ROW"
         " AND INTERVAL '1' HOUR PRECEDING) AS c FROM accounts",
-        "a window frame that starts at or after the current row and ends before it",
+        "a window frame that starts after the current row and ends at it or before it, or"
+        " starts at it and ends before it",
     ),
     "window_offset": (
         "SELECT id, COUNT(*) OVER (PARTITION BY owner ORDER BY credit RANGE BETWEEN 1.5"

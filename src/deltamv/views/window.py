@@ -89,13 +89,18 @@ def _count(e: Expr, what: str, *, least: int) -> int:
     return int(str(value))
 
 
-def _range_offset(bound: Expr) -> str:
+def _range_offset(bound: Expr, order_type: object) -> str:
     """A ``RANGE`` frame's bound a number of values, or an interval of time, before
-    (negative) or after the current row's order value."""
+    (negative) or after the current row's order value (of ``order_type``)."""
     value, t = str(bound.fields.get("value")), str(result_type(bound))
     if not value.lstrip("-").isdigit():
         raise Unsupported(f"a RANGE window frame with an offset of type {t}")
     n = value.lstrip("-")
+    if int(n) == 0:  # (the current row's peers: where they start or end)
+        return "CURRENT ROW"
+    if order_type == "date" and int(n) > _DATE_OFFSET_MAX:
+        # (DuckDB fails on a date beyond its range, where Spark's date_add wraps)
+        raise Unsupported(f"a RANGE window frame of dates with an offset over {_DATE_OFFSET_MAX}")
     if t.startswith("interval") and ("year" in t or "month" in t):
         n = f"to_months({n})"
     elif t.startswith("interval"):  # (a day-time interval is held in microseconds)
@@ -103,6 +108,9 @@ def _range_offset(bound: Expr) -> str:
     elif t not in ("byte", "short", "integer", "long"):
         raise Unsupported(f"a RANGE window frame with an offset of type {t}")
     return f"{n} {'PRECEDING' if value.startswith('-') else 'FOLLOWING'}"
+
+
+_DATE_OFFSET_MAX = 1_000_000  # days, about 2,700 years
 
 
 def _over(call: str) -> Callable[[str], str]:
@@ -172,6 +180,7 @@ class WindowOp(Op):
                         if self.limit is not None else "")  # fmt: skip
         self.prefix = self._prefix_plan(order)
         # Whether rows tied in partition and order are told apart by the functions.
+        order_type = result_type(order[0].children[0]) if len(order) == 1 else None
         spanned = {r.id for r in self.refs} | {
             a.id for o in order if (a := o.children[0].attr()) is not None
         }
@@ -185,7 +194,7 @@ class WindowOp(Op):
                 raise Unsupported(f"a window of {inner.kind}")
             function, spec = inner.children[0], inner.children[1]
             render, by_row = self._function(function, attr.dtype)
-            frame, by_frame = self._frame(function, spec)
+            frame, by_frame = self._frame(function, spec, order_type)
             if (by_row or by_frame) and not unique:
                 raise Unsupported(
                     "a window function that tells tied rows apart (row_number, lag, lead,"
@@ -286,7 +295,7 @@ class WindowOp(Op):
         return _over(f"{_AGGREGATES[call.kind]}({args[0]})"), False
 
     @staticmethod
-    def _frame(function: Expr, spec: Expr) -> tuple[str, bool]:
+    def _frame(function: Expr, spec: Expr, order_type: object) -> tuple[str, bool]:
         """An aggregate's frame clause, and whether it tells tied rows apart: a frame
         of rows that ends (or starts) at the current row or some rows off it."""
         if function.kind != "AggregateExpression":
@@ -302,19 +311,20 @@ class WindowOp(Op):
                 bounds.append("CURRENT ROW" if n == 0 else
                               f"{-n} PRECEDING" if n < 0 else f"{n} FOLLOWING")  # fmt: skip
             elif b.kind == "Literal":  # values before (negative) or after the current one
-                bounds.append(_range_offset(b))
+                bounds.append(_range_offset(b, order_type))
             elif (bound := _BOUNDS.get(short_class(b.kind).rstrip("$"))) is not None:
                 bounds.append(bound)
             else:
                 raise Unsupported(f"a window frame bounded by {b.kind}")
         if len(bounds) != 2 or bounds[0] == "UNBOUNDED FOLLOWING":
             raise Unsupported(f"a window frame between {' and '.join(bounds)}")
-        # (Spark lets an interval's frame start after the current row and end before it,
-        # an empty frame; DuckDB refuses to read such a frame)
-        after = ("CURRENT ROW", "FOLLOWING")
-        if bounds[0].endswith(after) and bounds[1].endswith("PRECEDING"):
-            raise Unsupported("a window frame that starts at or after the current row and"
-                              " ends before it")  # fmt: skip
+        # (Spark lets a frame start after the current row and end at it or before it, an
+        # empty frame; DuckDB refuses to read such a frame)
+        if (bounds[0].endswith("FOLLOWING") and not bounds[1].endswith("FOLLOWING")) or (
+            bounds[0] == "CURRENT ROW" and bounds[1].endswith("PRECEDING")
+        ):
+            raise Unsupported("a window frame that starts after the current row and ends at"
+                              " it or before it, or starts at it and ends before it")  # fmt: skip
         by_row = rows and any(not b.startswith("UNBOUNDED") for b in bounds)
         return f" {'ROWS' if rows else 'RANGE'} BETWEEN {bounds[0]} AND {bounds[1]}", by_row
 
