@@ -255,6 +255,15 @@ SHAPES: dict[str, str] = {
     "agg_over_window": "SELECT owner, COUNT(*) AS n, SUM(balance) AS s FROM (SELECT owner,"
     " balance, dense_rank() OVER (PARTITION BY owner ORDER BY region) AS dr FROM accounts)"
     " WHERE dr = 1 GROUP BY owner",
+    # an order holding a unique key through an aggregate (its groups), a join to a
+    # primary key (each transfer meets one account) and an existence join
+    "keys_through_groups": "SELECT owner, region, n, first_value(n) OVER (PARTITION BY owner"
+    " ORDER BY region NULLS LAST) AS f, lag(n) OVER (PARTITION BY owner ORDER BY region) AS"
+    " prev FROM (SELECT owner, region, COUNT(*) AS n FROM accounts GROUP BY owner, region)",
+    "keys_through_joins": "SELECT t.id, a.owner, lag(a.balance) IGNORE NULLS OVER (PARTITION"
+    " BY t.src ORDER BY t.id) AS lb, row_number() OVER (PARTITION BY t.src ORDER BY t.id) AS"
+    " rn FROM transfers t JOIN accounts a ON t.dst = a.id WHERE t.amount > 0 OR EXISTS"
+    " (SELECT 1 FROM accounts b WHERE b.id = t.src)",
     # rows a fixed number away in an order holding the key: lag and lead (a constant
     # default; NULLs ignored or not), ntile, frames of rows before and after the current one (empty near the
     # end), a frame's first and last values (of doubles too; NULLs ignored or not)
@@ -300,6 +309,11 @@ RECOMPUTE: dict[str, tuple[str, str]] = {
     ),
     "window_lag": (  # the row before a tied one is Spark's row order
         "SELECT id, lag(balance) OVER (PARTITION BY owner ORDER BY region) AS l FROM accounts",
+        "a window function that tells tied rows apart",
+    ),
+    "row_number_over_join": (  # (a transfer meets every account of its owner)
+        "SELECT t.id, a.id AS aid, row_number() OVER (PARTITION BY t.src ORDER BY t.id) AS rn"
+        " FROM transfers t JOIN accounts a ON a.owner = t.owner",
         "a window function that tells tied rows apart",
     ),
     "row_number_tied": (  # which of two tied rows comes first is Spark's row order

@@ -480,8 +480,9 @@ class ProjectOp(Op):
         out: dict[int, list[int]] = {}
         for attr_id, inner in self.passthrough.items():
             out.setdefault(inner.id, []).append(attr_id)
-        return [frozenset(out[i][0] for i in key) for key in self.child.unique_keys()
-                if all(i in out for i in key)]  # fmt: skip
+        # a column passed on under several names: the key by any of them
+        return [frozenset(names) for key in self.child.unique_keys() if all(i in out for i in key)
+                for names in itertools.islice(itertools.product(*(out[i] for i in key)), 16)]  # fmt: skip
 
     def lookup(self, b: Batch, attrs: Sequence[Attr], keys: pa.Table, *, new: bool,
                null_safe: Sequence[bool]) -> pa.Table:  # fmt: skip
@@ -993,6 +994,22 @@ class JoinOp(Op):
         if self.kind in ("right", "full"):
             parts.append(self._pad(self._unmatched(b, rows, other, rows_left=False), "right"))
         return concat(parts, self.output) or empty(self.output)
+
+    def unique_keys(self) -> list[frozenset[int]]:
+        left = self.left.unique_keys()
+        if self.kind in ("semi", "anti", "exists"):
+            return left  # (each left row once; an existence join adds only its flag)
+        right = self.right.unique_keys()
+        # a pair of rows (or a row padded with NULLs) holds both sides' keys
+        keys = [lk | rk for lk in left for rk in right]
+        if self.lkeys:  # a side's row meets at most one row of the other by its key
+            lids = {a.id for a in self.lattrs if a is not None}
+            rids = {a.id for a in self.rattrs if a is not None}
+            if self.kind in ("inner", "left") and any(k <= rids for k in right):
+                keys += left
+            if self.kind in ("inner", "right") and any(k <= lids for k in left):
+                keys += right
+        return keys
 
     def full_sql(self, base: Callable[[str, Sequence[Attr]], str]) -> str:
         left, right = self.left.full_sql(base), self.right.full_sql(base)
@@ -1737,6 +1754,14 @@ class AggregateOp(Op):
             if states.num_rows == 0:
                 states = self._zero_state().append_column(ROWID, pa.array([None], pa.int64()))
         return self._finalize(b, states.drop_columns([ROWID]), 1)
+
+    def unique_keys(self) -> list[frozenset[int]]:
+        # a row a group: its values, where every group expression is in the output (none
+        # for a global aggregate, whose one row is unique)
+        first: dict[int, int] = {}
+        for attr_id, i in self.out_group.items():
+            first.setdefault(i, attr_id)
+        return [frozenset(first.values())] if len(first) == len(self.groups) else []
 
     def can_lookup(self, attrs: Sequence[Attr], *, strict: bool = False) -> bool:
         if not attrs or not all(a.id in self.out_group for a in attrs):

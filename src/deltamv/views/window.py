@@ -18,8 +18,9 @@ the input and ordered by exact values. Each is checked to give one answer whatev
 order of the input's rows: ``row_number``, ``lag``, ``lead``, ``ntile``,
 ``first_value``, ``last_value`` and a frame of rows bounded by the current row or an
 offset from it tell tied rows apart, so their partition and order columns must hold a
-unique key of the input (a source table's primary key) or all of its columns. Anything
-else raises ``Unsupported``: Spark recomputes the view.
+unique key of the input (a source table's primary key, or a group's columns, through the
+operators above: ``Op.unique_keys``) or all of its columns. Anything else raises
+``Unsupported``: Spark recomputes the view.
 
 Spark's optimizer puts a ``WindowGroupLimit`` under a rank-like window filtered to its
 first ranks (``WHERE rn <= 3``); it only drops rows early that the filter above drops,
