@@ -132,7 +132,7 @@ def result_type(e: Expr) -> Any:
         return "timestamp"
     if kind == "Sqrt":
         return "double"
-    if kind in ("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot"):
+    if kind in _BITWISE:
         return result_type(e.children[0])
     raise Unsupported(f"expression {kind}")
 

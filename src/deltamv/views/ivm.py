@@ -915,7 +915,10 @@ class JoinOp(Op):
             )
         if self.kind == "exists":  # the semi join's change flagged true, the anti's false
             matched = self._side_delta(b, "left", dl, dr, keep="matched")
-            unmatched = self._side_delta(b, "left", dl, dr, keep="unmatched")
+            # (every left row is matched or not: the unmatched ones change by the left
+            # side's change less the matched ones', without reading the keys again)
+            less = None if matched is None else negate(matched)
+            unmatched = consolidate(b.compute, concat([dl, less], self.left.output))
             return concat([self._flagged(matched, True), self._flagged(unmatched, False)],
                           self.output)  # fmt: skip
         parts = [self._inner_delta(b, dl, dr)]

@@ -90,6 +90,9 @@ def _count(e: Expr, what: str, *, least: int) -> int:
     return int(str(value))
 
 
+_DATE_OFFSET_MAX = 1_000_000  # days, about 2,700 years
+
+
 def _range_offset(bound: Expr, order_type: object) -> str:
     """A ``RANGE`` frame's bound a number of values, or an interval of time, before
     (negative) or after the current row's order value (of ``order_type``)."""
@@ -109,9 +112,6 @@ def _range_offset(bound: Expr, order_type: object) -> str:
     elif t not in ("byte", "short", "integer", "long"):
         raise Unsupported(f"a RANGE window frame with an offset of type {t}")
     return f"{n} {'PRECEDING' if value.startswith('-') else 'FOLLOWING'}"
-
-
-_DATE_OFFSET_MAX = 1_000_000  # days, about 2,700 years
 
 
 def _over(call: str) -> Callable[[str], str]:
